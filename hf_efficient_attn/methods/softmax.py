@@ -1,0 +1,38 @@
+"""Exact softmax attention through ``torch.nn.functional.scaled_dot_product_attention``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from ..registry import register_method
+from .base import AttentionMethod, MethodOptions
+
+
+@dataclass
+class SoftmaxOptions(MethodOptions):
+    """Exact attention has no options."""
+
+
+@register_method
+class SoftmaxAttention(AttentionMethod):
+    """softmax(Q K^T * scaling) V, computed by SDPA (flash / memory-efficient kernels)."""
+
+    name = "softmax"
+    options_cls = SoftmaxOptions
+
+    def attend(self, q, k, v, key_padding_mask, scaling):
+        mask = None if key_padding_mask is None else key_padding_mask[:, None, None, :]
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scaling)
+
+
+def softmax_reference(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_padding_mask: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Exact attention in float64 from its definition, for tests and error measurements."""
+    scores = q.double() @ k.double().transpose(-1, -2) * q.shape[-1] ** -0.5
+    if key_padding_mask is not None:
+        scores = scores.masked_fill(~key_padding_mask[:, None, None, :], float("-inf"))
+    return (scores.softmax(-1) @ v.double()).to(q.dtype)

@@ -1,0 +1,97 @@
+"""Properties every registered method must have (design.md, "The method contract")."""
+
+import pytest
+import torch
+
+import hf_efficient_attn as hea
+from hf_efficient_attn.methods.base import AttentionShape
+from hf_efficient_attn.registry import build_method, get_method_class
+
+METHODS = hea.list_methods()
+BATCH, HEADS, SEQ, DIM, REAL = 2, 2, 70, 16, 45  # SEQ deliberately not a power of two
+
+
+def make_method(name, seq=SEQ, **options):
+    module = build_method(name, options, AttentionShape(HEADS, DIM, max_seq_len=128))
+    return module.eval()
+
+
+def make_qkv(seq=SEQ, dtype=torch.float32, requires_grad=False):
+    qkv = torch.randn(3, BATCH, HEADS, seq, DIM) * 0.5
+    return [t.to(dtype).requires_grad_(requires_grad) for t in qkv.unbind(0)]
+
+
+def padding_mask(seq=SEQ):
+    mask = torch.ones(BATCH, seq, dtype=torch.bool)
+    mask[1, REAL:] = False
+    return mask
+
+
+@pytest.mark.parametrize("name", METHODS)
+@pytest.mark.parametrize("seq", [1, 7, SEQ, 128])
+def test_shape_any_length(name, seq):
+    q, k, v = make_qkv(seq)
+    out = make_method(name)(q, k, v, padding_mask(seq) if seq > REAL else None)
+    assert out.shape == q.shape and out.dtype == q.dtype
+    assert torch.isfinite(out).all()
+
+
+@pytest.mark.parametrize("name", METHODS)
+def test_padded_keys_get_no_weight(name):
+    """Changing the keys and values of padded tokens leaves every real output unchanged."""
+    method, mask = make_method(name), padding_mask()
+    q, k, v = make_qkv()
+    k2, v2 = k.clone(), v.clone()
+    k2[1, :, REAL:] = torch.randn_like(k2[1, :, REAL:]) * 10
+    v2[1, :, REAL:] = torch.randn_like(v2[1, :, REAL:]) * 10
+    out, out2 = method(q, k, v, mask), method(q, k2, v2, mask)
+    torch.testing.assert_close(out[1, :, :REAL], out2[1, :, :REAL], atol=1e-5, rtol=1e-4)
+    assert torch.isfinite(out).all() and (out[1, :, REAL:] == 0).all()
+
+
+@pytest.mark.parametrize("name", [n for n in METHODS if get_method_class(n).padding_invariant])
+def test_appending_padding_keeps_real_outputs(name):
+    method = make_method(name)
+    q, k, v = make_qkv(REAL)
+    extra = [torch.randn(BATCH, HEADS, SEQ - REAL, DIM) for _ in range(3)]
+    qp, kp, vp = (torch.cat([t, e], dim=2) for t, e in zip((q, k, v), extra))
+    mask = torch.zeros(BATCH, SEQ, dtype=torch.bool)
+    mask[:, :REAL] = True
+    torch.testing.assert_close(method(qp, kp, vp, mask)[:, :, :REAL], method(q, k, v), atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("name", METHODS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_dtypes_forward_backward_finite(name, dtype):
+    method = make_method(name).train().to(dtype)
+    q, k, v = make_qkv(dtype=dtype, requires_grad=True)
+    out = method(q, k, v, padding_mask())
+    assert out.dtype == dtype and torch.isfinite(out).all()
+    out.float().square().sum().backward()
+    for t in (q, k, v):
+        assert t.grad is not None and torch.isfinite(t.grad).all()
+    assert v.grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize("name", METHODS)
+def test_eval_is_reproducible(name):
+    method = make_method(name)
+    q, k, v = make_qkv()
+    torch.testing.assert_close(method(q, k, v, padding_mask()), method(q, k, v, padding_mask()), atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("name", METHODS)
+def test_unknown_option_is_rejected_with_the_allowed_ones(name):
+    with pytest.raises(ValueError, match="options are"):
+        make_method(name, not_an_option=1)
+
+
+def test_unknown_method_lists_known_ones():
+    with pytest.raises(ValueError, match="softmax"):
+        hea.efficient_attention(*make_qkv(), method="nope")
+
+
+def test_cross_attention_is_rejected():
+    q, k, v = make_qkv()
+    with pytest.raises(ValueError, match="Cross-attention"):
+        make_method("softmax")(q, k[:, :, :10], v[:, :, :10])
