@@ -112,6 +112,12 @@ class AttentionMethod(nn.Module):
         """Compute attention; ``key_padding_mask`` is None when there is no padding."""
         raise NotImplementedError
 
+    def share_from(self, first_layer: "AttentionMethod") -> None:
+        """Called by ``patch_model`` on every layer after the first with the first layer's
+        method; methods that share state across layers (Linformer's layerwise sharing)
+        override it. Shared state must not be registered as a submodule here, so that it is
+        saved once, in the first layer."""
+
     def generator(self, device: torch.device) -> torch.Generator | None:
         """A generator seeded by the ``seed`` option in eval mode (reproducible inference);
         None (the global RNG, fresh samples every step) in training mode."""
