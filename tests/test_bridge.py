@@ -1,0 +1,130 @@
+"""The Transformers bridge: patching, config field, save/load, plain-Transformers path, errors."""
+
+import json
+
+import pytest
+import torch
+import transformers as T
+
+import hf_efficient_attn as hea
+
+VOCAB, SEQ, REAL = 120, 40, 27
+
+
+def tiny_config(model_type="roberta", **overrides):
+    common = dict(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48)
+    if model_type == "longformer":
+        common.update(attention_window=[128, 128], max_position_embeddings=132, pad_token_id=1)
+    else:
+        common.update(max_position_embeddings=130)
+    return T.AutoConfig.for_model(model_type, **{**common, **overrides})
+
+
+def batch():
+    ids = torch.randint(5, VOCAB, (2, SEQ))
+    mask = torch.ones(2, SEQ, dtype=torch.long)
+    mask[1, REAL:] = 0
+    ids[1, REAL:] = 1
+    return ids, mask
+
+
+def hidden(model, ids, mask):
+    with torch.no_grad():
+        return model(input_ids=ids, attention_mask=mask).last_hidden_state
+
+
+@pytest.mark.parametrize("model_type", ["bert", "roberta", "xlm-roberta", "electra", "camembert"])
+def test_softmax_method_equals_transformers_sdpa(model_type):
+    """The bridge passes the padding mask and heads through unchanged: exact == SDPA."""
+    model = T.AutoModel.from_config(tiny_config(model_type)).eval()
+    ids, mask = batch()
+    expected = hidden(model, ids, mask)
+    hea.patch_model(model, "softmax")
+    got = hidden(model, ids, mask)
+    torch.testing.assert_close(got[0], expected[0])
+    torch.testing.assert_close(got[1, :REAL], expected[1, :REAL])
+    assert model.config.attn_impl == "softmax" and model.config._attn_implementation == "softmax"
+
+
+def test_longformer_softmax_equals_full_window_longformer():
+    """A window covering the whole sequence makes Longformer exact attention: the subclass must agree."""
+    model = T.AutoModel.from_config(tiny_config("longformer")).eval()
+    ids, mask = batch()
+    expected = hidden(model, ids, mask)
+    keys = set(model.state_dict())
+    hea.patch_model(model, "softmax")
+    assert set(model.state_dict()) == keys
+    got = hidden(model, ids, mask)
+    torch.testing.assert_close(got[0], expected[0], atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(got[1, :REAL], expected[1, :REAL], atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("model_type", ["roberta", "longformer"])
+@pytest.mark.parametrize("method,options", [("mra2", {"block_per_row": 1}), ("linformer", {"proj_len": 16})])
+def test_save_and_reload_restores_method(tmp_path, model_type, method, options):
+    model = hea.AutoModel.from_config(tiny_config(model_type), attn_impl=method, attn_config=options).eval()
+    ids, mask = batch()
+    expected = hidden(model, ids, mask)
+    model.save_pretrained(tmp_path)
+    saved = json.loads((tmp_path / "config.json").read_text())
+    assert saved["attn_impl"] == method
+    assert saved["attn_config"] == hea.method_options(method) | options
+    reloaded = hea.AutoModel.from_pretrained(tmp_path).eval()
+    assert reloaded.config.attn_impl == method
+    torch.testing.assert_close(hidden(reloaded, ids, mask)[0], expected[0])
+    torch.testing.assert_close(hidden(reloaded, ids, mask)[1, :REAL], expected[1, :REAL])
+
+
+def test_plain_checkpoint_keeps_every_pretrained_weight(tmp_path, caplog):
+    plain = T.AutoModel.from_config(tiny_config("bert"))
+    plain.save_pretrained(tmp_path)
+    patched = hea.AutoModel.from_pretrained(tmp_path, attn_impl="linformer", attn_config={"proj_len": 16})
+    plain_state, patched_state = plain.state_dict(), patched.state_dict()
+    new = sorted(set(patched_state) - set(plain_state))
+    assert new and all(".efficient_attn." in k for k in new)
+    for key, value in plain_state.items():
+        torch.testing.assert_close(patched_state[key], value, atol=0, rtol=0)
+
+
+def test_plain_transformers_attn_implementation_equals_plugin(tmp_path):
+    T.AutoModel.from_config(tiny_config("bert")).save_pretrained(tmp_path)
+    ids, mask = batch()
+    via_transformers = T.AutoModel.from_pretrained(tmp_path, attn_implementation="mra2").eval()
+    via_plugin = hea.AutoModel.from_pretrained(tmp_path, attn_impl="mra2").eval()
+    exact = T.AutoModel.from_pretrained(tmp_path).eval()
+    got, expected = hidden(via_transformers, ids, mask), hidden(via_plugin, ids, mask)
+    torch.testing.assert_close(got[0], expected[0])
+    torch.testing.assert_close(got[1, :REAL], expected[1, :REAL])
+    # and padding reached the method: the padded row's real tokens match an unpadded run
+    alone = hidden(via_transformers, ids[1:, :REAL], mask[1:, :REAL])
+    torch.testing.assert_close(got[1, :REAL], alone[0], atol=1e-5, rtol=1e-4)
+    assert not torch.allclose(hidden(exact, ids, mask), got)  # mra2 is really used (an approximation)
+
+
+def test_plain_transformers_refuses_methods_with_parameters(tmp_path):
+    T.AutoModel.from_config(tiny_config("bert")).save_pretrained(tmp_path)
+    model = T.AutoModel.from_pretrained(tmp_path, attn_implementation="linformer")
+    with pytest.raises(ValueError, match="learnable parameters"):
+        hidden(model, *batch())
+
+
+def test_errors_name_what_is_allowed():
+    with pytest.raises(ValueError, match="supported: .*bert"):
+        hea.patch_model(T.AutoModel.from_config(T.GPT2Config(n_layer=1, n_embd=32, n_head=2)), "mra2")
+    with pytest.raises(ValueError, match="known methods: .*mra2"):
+        hea.patch_model(T.AutoModel.from_config(tiny_config("bert")), "nope")
+    with pytest.raises(ValueError, match="options are"):
+        hea.patch_model(T.AutoModel.from_config(tiny_config("bert")), "mra2", {"bogus": 1})
+    with pytest.raises(ValueError, match="decoder"):
+        hea.patch_model(T.AutoModel.from_config(tiny_config("bert", is_decoder=True)), "mra2")
+
+
+def test_causal_mask_is_rejected():
+    from hf_efficient_attn.bridge import key_padding_mask_from
+
+    causal = torch.ones(SEQ, SEQ, dtype=torch.bool).tril()[None, None]
+    with pytest.raises(ValueError, match="key-padding"):
+        key_padding_mask_from(causal, 1, SEQ)
+    padding = torch.ones(2, 1, SEQ, SEQ, dtype=torch.bool)
+    padding[1, ..., REAL:] = False
+    assert key_padding_mask_from(padding, 2, SEQ)[1].sum() == REAL
