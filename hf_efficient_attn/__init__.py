@@ -15,6 +15,7 @@ from .auto import (
     AutoModelForTokenClassification,
 )
 from .bridge import patch_model
+from .long import extend_position_embeddings
 from .registry import efficient_attention, list_methods, method_options, register_method
 
 __all__ = [
@@ -25,6 +26,7 @@ __all__ = [
     "AutoModelForSequenceClassification",
     "AutoModelForTokenClassification",
     "efficient_attention",
+    "extend_position_embeddings",
     "list_methods",
     "method_options",
     "patch_model",

@@ -16,6 +16,7 @@ from torch import nn
 from transformers import AttentionInterface, PreTrainedModel
 from transformers.masking_utils import AttentionMaskInterface, bidirectional_mask_function
 
+from .long import install_length_check
 from .longformer import EfficientLongformerSelfAttention
 from .methods.base import AttentionMethod, AttentionShape
 from .registry import build_method, get_method_class, list_methods, resolve_options
@@ -181,6 +182,7 @@ def patch_model(
     config.attn_config = options.to_dict()
     if config.model_type != "longformer":
         model.set_attn_implementation(attn_impl)
+    install_length_check(model)
     return model
 
 

@@ -128,3 +128,28 @@ def test_causal_mask_is_rejected():
     padding = torch.ones(2, 1, SEQ, SEQ, dtype=torch.bool)
     padding[1, ..., REAL:] = False
     assert key_padding_mask_from(padding, 2, SEQ)[1].sum() == REAL
+
+
+@pytest.mark.parametrize("model_type", ["bert", "roberta"])
+def test_extend_position_embeddings_copies_the_table(model_type):
+    from hf_efficient_attn.long import position_offset
+
+    model = T.AutoModel.from_config(tiny_config(model_type)).eval()
+    old = model.embeddings.position_embeddings.weight.detach().clone()
+    offset, old_len = position_offset(model.config), old.shape[0] - position_offset(model.config)
+    ids, mask = batch()
+    before = hidden(model, ids, mask)
+    hea.extend_position_embeddings(model, max_length=300)
+    new = model.embeddings.position_embeddings.weight
+    assert new.shape[0] == 300 + offset and model.config.max_position_embeddings == 300 + offset
+    torch.testing.assert_close(new[offset + old_len : offset + 2 * old_len], old[offset:])
+    torch.testing.assert_close(hidden(model, ids, mask), before)  # short inputs unchanged
+    long_ids = torch.randint(5, VOCAB, (1, 300))
+    assert hidden(model, long_ids, torch.ones_like(long_ids)).shape[1] == 300
+
+
+def test_too_long_input_names_the_limit():
+    model = hea.patch_model(T.AutoModel.from_config(tiny_config("roberta")), "mra2")
+    ids = torch.randint(5, VOCAB, (1, 200))
+    with pytest.raises(ValueError, match="128 tokens allowed"):
+        hidden(model, ids, torch.ones_like(ids))

@@ -1,0 +1,76 @@
+"""Longer inputs: the position table stretched by copying (the Longformer recipe), and a
+clear error for inputs longer than the table."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+from transformers import PreTrainedModel
+
+#: Models whose position ids start after the padding index (RoBERTa's offset of pad_token_id + 1).
+OFFSET_POSITION_MODELS = {"roberta", "xlm-roberta", "camembert", "longformer"}
+
+
+def position_offset(config: Any) -> int:
+    return config.pad_token_id + 1 if config.model_type in OFFSET_POSITION_MODELS else 0
+
+
+def max_tokens(config: Any) -> int:
+    """The longest input the position table allows."""
+    return config.max_position_embeddings - position_offset(config)
+
+
+def _embeddings(model: PreTrainedModel) -> nn.Module:
+    embeddings = getattr(model.base_model, "embeddings", None)
+    if embeddings is None or not hasattr(embeddings, "position_embeddings"):
+        raise ValueError(f"{type(model).__name__} has no learned absolute position embeddings to extend")
+    return embeddings
+
+
+def extend_position_embeddings(model: PreTrainedModel, max_length: int = 4096) -> PreTrainedModel:
+    """Stretch the position table to ``max_length`` tokens, in place, by repeating the
+    pretrained table (Beltagy et al. 2020, section 5: "copy the 512 position embeddings
+    multiple times"). Special leading rows (RoBERTa's padding offset) are kept once."""
+    config = model.config
+    offset = position_offset(config)
+    old = _embeddings(model).position_embeddings
+    old_len = old.num_embeddings - offset
+    if max_length <= old_len:
+        raise ValueError(f"max_length must exceed the current {old_len} positions, got {max_length}")
+    new = nn.Embedding(max_length + offset, old.embedding_dim, padding_idx=old.padding_idx)
+    new.to(device=old.weight.device, dtype=old.weight.dtype)
+    with torch.no_grad():
+        new.weight[:offset] = old.weight[:offset]
+        repeats = -(-max_length // old_len)
+        new.weight[offset:] = old.weight[offset:].repeat(repeats, 1)[:max_length]
+    embeddings = _embeddings(model)
+    embeddings.position_embeddings = new
+    total = max_length + offset
+    embeddings.position_ids = torch.arange(total, device=old.weight.device).expand(1, -1)
+    if hasattr(embeddings, "token_type_ids"):
+        embeddings.token_type_ids = torch.zeros(1, total, dtype=torch.long, device=old.weight.device)
+    config.max_position_embeddings = total
+    return model
+
+
+def install_length_check(model: PreTrainedModel) -> None:
+    """Raise a clear ``ValueError`` (instead of an index error) for inputs longer than the table."""
+    embeddings = _embeddings(model)
+    if getattr(embeddings, "_hea_length_check", False):
+        return
+
+    def check(module: nn.Module, args: tuple, kwargs: dict) -> None:
+        tokens = kwargs.get("input_ids", args[0] if args else None)
+        if tokens is None:
+            tokens = kwargs.get("inputs_embeds")
+        limit = max_tokens(model.config)
+        if tokens is not None and tokens.shape[1] > limit:
+            raise ValueError(
+                f"input of {tokens.shape[1]} tokens exceeds the position table ({limit} tokens allowed); "
+                f"call hf_efficient_attn.extend_position_embeddings(model, max_length={tokens.shape[1]}) first"
+            )
+
+    embeddings.register_forward_pre_hook(check, with_kwargs=True)
+    embeddings._hea_length_check = True
