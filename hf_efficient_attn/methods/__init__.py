@@ -1,3 +1,5 @@
 """Attention methods; importing this package registers every method."""
 
 from . import softmax  # noqa: F401
+from . import linformer  # noqa: F401
+from . import performer  # noqa: F401

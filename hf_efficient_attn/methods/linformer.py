@@ -1,0 +1,105 @@
+"""Linformer: low-rank attention through learned sequence projections (seed 004, Wang et al. 2020).
+
+Keys and values are projected along the sequence axis by learnable matrices E, F of shape
+(k, max_seq_len), Eq. (7) of seed 004 section 4::
+
+    head = softmax(Q (E K)^T * scaling) (F V)          # (n x k) context mapping P-bar
+
+which costs O(n k) instead of O(n^2). The parameter-sharing levels of section 4 ("Parameter
+sharing between projections") are the ``sharing`` option.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..registry import register_method
+from .base import AttentionMethod, AttentionShape, MethodOptions, check_choice, check_positive
+
+#: Sharing levels of seed 004, section 4 "Parameter sharing between projections", plus "none"
+#: (separate E_i, F_i for every head i, the unshared form of Eq. (7)).
+SHARING_MODES = ("none", "headwise", "key-value", "layerwise")
+
+
+@dataclass
+class LinformerOptions(MethodOptions):
+    # Projected dimension k. Seed 004, section 5.1 (Fig. 3(d)) holds k = 256 fixed for
+    # n = 512..4096, and Table 2 shows k = 256 matching or beating RoBERTa for n = 512 and 1024.
+    k: int = 256
+    # Seed 004, section 5.2 / Table 2: layerwise sharing (a single E for all layers, heads, keys
+    # and values) "exhibits the best accuracy result of all three parameter sharing strategies",
+    # and it is the variant benchmarked in Table 3.
+    sharing: str = "layerwise"
+
+    def validate(self) -> None:
+        if isinstance(self.k, bool) or not isinstance(self.k, int):
+            raise ValueError(f"option 'k' (projected dimension) must be an integer, got {self.k!r}")
+        check_positive("k", self.k)
+        check_choice("sharing", self.sharing, SHARING_MODES)
+
+
+def _init_projection(shape: tuple[int, ...]) -> nn.Parameter:
+    """Xavier-uniform with gain 1/sqrt(2), as the official fairseq Linformer initialises its
+    ``compress_k`` / ``compress_v`` weights (the paper itself does not state an initialisation)."""
+    k, max_seq_len = shape[-2:]
+    bound = math.sqrt(3.0 / (k + max_seq_len))  # gain * sqrt(6 / (fan_in + fan_out)), gain = 1/sqrt(2)
+    return nn.Parameter(torch.empty(shape).uniform_(-bound, bound))
+
+
+@register_method
+class Linformer(AttentionMethod):
+    """softmax(Q (E K)^T * scaling) (F V) with learnable E, F: (k, max_seq_len) (seed 004, Eq. 7)."""
+
+    name = "linformer"
+    options_cls = LinformerOptions
+
+    def __init__(self, options: LinformerOptions, shape: AttentionShape):
+        super().__init__(options, shape)
+        per_head = (shape.num_heads,) if options.sharing == "none" else ()
+        proj_shape = per_head + (options.k, shape.max_seq_len)
+        self.e_proj = _init_projection(proj_shape)
+        # "key-value" and "layerwise" use one matrix for keys and values (E_i = F_i = E).
+        self.f_proj = _init_projection(proj_shape) if options.sharing in ("none", "headwise") else None
+        self._shared_from: Linformer | None = None
+
+    def share_from(self, first_layer: AttentionMethod) -> None:
+        """Layerwise sharing: drop this layer's E and use the first layer's, which stays the only
+        registered copy (stored with ``object.__setattr__`` so it is not a submodule)."""
+        if self.options.sharing != "layerwise":
+            return
+        if not isinstance(first_layer, Linformer) or first_layer.e_proj.shape != self.e_proj.shape:
+            raise ValueError("linformer layerwise sharing needs a first layer with the same options and max_seq_len")
+        del self.e_proj
+        object.__setattr__(self, "_shared_from", first_layer)
+
+    def projections(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(E, F) used by this layer, each (k, max_seq_len) or (heads, k, max_seq_len)."""
+        owner = self._shared_from if self._shared_from is not None else self
+        e = owner.e_proj
+        return e, (e if owner.f_proj is None else owner.f_proj)
+
+    def attend(self, q, k, v, key_padding_mask, scaling):
+        seq_len = k.shape[2]
+        if seq_len > self.shape.max_seq_len:
+            raise ValueError(
+                f"linformer: sequence length {seq_len} exceeds the maximum {self.shape.max_seq_len} "
+                f"(max_seq_len, the number of columns of the projections E, F); "
+                f"use inputs of at most {self.shape.max_seq_len} tokens"
+            )
+        if key_padding_mask is not None:
+            # Zero padded keys/values before projecting: E K then sums over real tokens only, exactly
+            # what the unpadded sequence gives (the official code does not mask; our choice).
+            real = key_padding_mask[:, None, :, None]
+            k, v = k.masked_fill(~real, 0.0), v.masked_fill(~real, 0.0)
+        e, f = self.projections()
+        # Shorter inputs use the first n columns of E, F, as the official fairseq code does.
+        e, f = e[..., :seq_len].to(k.dtype), f[..., :seq_len].to(v.dtype)
+        # (k, n) or, for sharing "none", (H, k, n) broadcast against (B, H, n, D) -> (B, H, k, D):
+        # the projected E_i K W_i^K and F_i V W_i^V of Eq. (7).
+        k_proj, v_proj = e @ k, f @ v
+        return F.scaled_dot_product_attention(q, k_proj, v_proj, scale=scaling)
