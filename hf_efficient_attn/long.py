@@ -9,6 +9,8 @@ import torch
 from torch import nn
 from transformers import PreTrainedModel
 
+from .methods.base import AttentionMethod
+
 #: Models whose position ids start after the padding index (RoBERTa's offset of pad_token_id + 1).
 OFFSET_POSITION_MODELS = {"roberta", "xlm-roberta", "camembert", "longformer"}
 
@@ -35,6 +37,12 @@ def extend_position_embeddings(model: PreTrainedModel, max_length: int = 4096) -
     multiple times"). Special leading rows (RoBERTa's padding offset) are kept once."""
     config = model.config
     offset = position_offset(config)
+    for method in (m for m in model.modules() if isinstance(m, AttentionMethod) and m.length_bound):
+        if method.shape.max_seq_len < max_length + offset:
+            raise ValueError(
+                f"{method.name}'s parameters are sized by the position table when the model is patched; "
+                f"extend the position embeddings first, then patch (or load) the model with attn_impl={method.name!r}"
+            )
     old = _embeddings(model).position_embeddings
     old_len = old.num_embeddings - offset
     if max_length <= old_len:

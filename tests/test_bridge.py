@@ -60,7 +60,7 @@ def test_longformer_softmax_equals_full_window_longformer():
 
 
 @pytest.mark.parametrize("model_type", ["roberta", "longformer"])
-@pytest.mark.parametrize("method,options", [("mra2", {"block_per_row": 1}), ("linformer", {"proj_len": 16})])
+@pytest.mark.parametrize("method,options", [("mra2", {"block_per_row": 1}), ("linformer", {"k": 16})])
 def test_save_and_reload_restores_method(tmp_path, model_type, method, options):
     model = hea.AutoModel.from_config(tiny_config(model_type), attn_impl=method, attn_config=options).eval()
     ids, mask = batch()
@@ -78,7 +78,7 @@ def test_save_and_reload_restores_method(tmp_path, model_type, method, options):
 def test_plain_checkpoint_keeps_every_pretrained_weight(tmp_path, caplog):
     plain = T.AutoModel.from_config(tiny_config("bert"))
     plain.save_pretrained(tmp_path)
-    patched = hea.AutoModel.from_pretrained(tmp_path, attn_impl="linformer", attn_config={"proj_len": 16})
+    patched = hea.AutoModel.from_pretrained(tmp_path, attn_impl="linformer", attn_config={"k": 16})
     plain_state, patched_state = plain.state_dict(), patched.state_dict()
     new = sorted(set(patched_state) - set(plain_state))
     assert new and all(".efficient_attn." in k for k in new)
@@ -153,3 +153,13 @@ def test_too_long_input_names_the_limit():
     ids = torch.randint(5, VOCAB, (1, 200))
     with pytest.raises(ValueError, match="128 tokens allowed"):
         hidden(model, ids, torch.ones_like(ids))
+
+
+def test_extending_after_patching_linformer_is_refused():
+    model = hea.patch_model(T.AutoModel.from_config(tiny_config("bert")), "linformer", {"k": 16})
+    with pytest.raises(ValueError, match="extend the position embeddings first"):
+        hea.extend_position_embeddings(model, 300)
+    extended = hea.extend_position_embeddings(T.AutoModel.from_config(tiny_config("bert")), 300)
+    hea.patch_model(extended, "linformer", {"k": 16})
+    ids = torch.randint(5, VOCAB, (1, 300))
+    assert hidden(extended, ids, torch.ones_like(ids)).shape == (1, 300, 32)

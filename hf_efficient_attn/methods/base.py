@@ -65,6 +65,8 @@ class AttentionMethod(nn.Module):
     samples: ClassVar[bool] = False
     #: False when appending padded tokens may change real outputs (e.g. sampled or length-dependent).
     padding_invariant: ClassVar[bool] = True
+    #: True when the method's parameters are sized by ``shape.max_seq_len`` (Linformer's E/F).
+    length_bound: ClassVar[bool] = False
 
     def __init__(self, options: MethodOptions, shape: AttentionShape):
         super().__init__()

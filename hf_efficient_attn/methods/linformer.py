@@ -57,6 +57,7 @@ class Linformer(AttentionMethod):
 
     name = "linformer"
     options_cls = LinformerOptions
+    length_bound = True
 
     def __init__(self, options: LinformerOptions, shape: AttentionShape):
         super().__init__(options, shape)
