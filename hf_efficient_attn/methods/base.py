@@ -33,6 +33,13 @@ def check_positive(name: str, value: Any, *, allow_zero: bool = False) -> None:
         raise ValueError(f"option {name!r} must be {allowed}, got {value!r}")
 
 
+def check_int(name: str, value: Any, low: int, high: int | None = None) -> None:
+    """Raise ``ValueError`` unless ``value`` is an integer in [low, high] (bools rejected)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < low or (high is not None and value > high):
+        allowed = f"an integer >= {low}" if high is None else f"an integer in [{low}, {high}]"
+        raise ValueError(f"option {name!r} must be {allowed}, got {value!r}")
+
+
 def check_choice(name: str, value: Any, allowed: Iterable[Any]) -> None:
     """Raise ``ValueError`` unless ``value`` is one of ``allowed``."""
     allowed = list(allowed)

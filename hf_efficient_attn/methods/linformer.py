@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..registry import register_method
-from .base import AttentionMethod, AttentionShape, MethodOptions, check_choice, check_positive
+from .base import AttentionMethod, AttentionShape, MethodOptions, check_choice, check_int
 
 #: Sharing levels of seed 004, section 4 "Parameter sharing between projections", plus "none"
 #: (separate E_i, F_i for every head i, the unshared form of Eq. (7)).
@@ -39,7 +39,7 @@ class LinformerOptions(MethodOptions):
     def validate(self) -> None:
         if isinstance(self.k, bool) or not isinstance(self.k, int):
             raise ValueError(f"option 'k' (projected dimension) must be an integer, got {self.k!r}")
-        check_positive("k", self.k)
+        check_int("k", self.k, 1)
         check_choice("sharing", self.sharing, SHARING_MODES)
 
 

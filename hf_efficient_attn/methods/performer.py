@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from ..registry import register_method
-from .base import AttentionMethod, AttentionShape, MethodOptions, check_positive, compute_dtype
+from .base import AttentionMethod, AttentionShape, MethodOptions, check_int, compute_dtype
 
 #: Added to every feature (the official code's ``numerical_stabilizer`` passed to its positive
 #: softmax features in ``make_fast_softmax_attention``); keeps the normaliser positive.
@@ -42,7 +42,7 @@ class PerformerOptions(MethodOptions):
     def validate(self) -> None:
         if isinstance(self.num_features, bool) or not isinstance(self.num_features, int):
             raise ValueError(f"option 'num_features' must be an integer, got {self.num_features!r}")
-        check_positive("num_features", self.num_features)
+        check_int("num_features", self.num_features, 1)
         if isinstance(self.seed, bool) or not isinstance(self.seed, int):
             raise ValueError(f"option 'seed' must be an integer, got {self.seed!r}")
         if not isinstance(self.redraw, bool):
