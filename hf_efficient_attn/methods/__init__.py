@@ -3,3 +3,4 @@
 from . import softmax  # noqa: F401
 from . import linformer  # noqa: F401
 from . import performer  # noqa: F401
+from . import mra  # noqa: F401

@@ -1,0 +1,369 @@
+"""MRA-2: multiresolution approximation of self-attention (Zeng et al., ICML 2022; seed 003).
+
+The attention matrix A = exp(P), P = Q K^T * scaling, is approximated at two resolutions
+R = {b, 1} with b = ``block_size`` (section 5, "Baselines": R = {32, 1}).
+
+1. Low resolution (section 4.1, eqs. 10-12): block means of the queries and keys,
+   Q~_x = mean of the queries of block x (eq. 11), give one score per block pair,
+   log mu_{x,y} = Q~_x . K~_y * scaling, the exponential of the mean of P over the block (eq. 10,
+   a lower bound of the block mean of A).
+2. Selection (Alg. 1 with R = {b, 1}): the ``budget`` pairs (x, y) with the largest mu_{x,y} are
+   refined to resolution 1, i.e. attended exactly; every other pair keeps the constant
+   mu_{x,y} for all its entries (eq. 13). ``budget`` = ``block_per_row`` x number of query
+   blocks, taken over all block pairs of a head at once (a global top-k, as the official code),
+   optionally after "priors" (Alg. 1: "Initial J ... prespecified via priors").
+3. Output (Alg. 2, eq. 14): ``mra2`` = softmax over [exact scores in the selected blocks,
+   log mu in the other blocks] times V; the low-resolution part of row block x is
+   sum_y c_y mu_{x,y} V~_y with c_y the number of real keys in block y and V~_y their mean (eq. 17).
+   ``mra2_s`` (MRA-2-s, eq. 18) keeps only the selected blocks.
+
+Both parts are normalised together, in a numerically stable way: each part carries its own
+log-sum-exp (row maxima subtracted before exponentiating), and the two are merged by their
+log-sum-exps. A query block gets no exact block only when priors use up the budget; its rows
+are then zero for ``mra2_s`` (as in the official code) and low-resolution only for ``mra2``.
+
+Our choices where the paper is vague (following the official code, mlpen/mra-attention and
+Transformers' ``modeling_mra.py``, unless said otherwise):
+
+- Ranking score: mu_{x,y} minus its row maximum (official ``low_resolution_logit_normalized``);
+  the row maximum is taken over blocks with real tokens only (the official one also sees padded
+  blocks). This puts every query block's best key block ahead of all other pairs, so with
+  ``block_per_row >= 1`` and no priors every query block gets at least one exact block.
+- Priors (official ``initial_prior_first_n_blocks`` / ``initial_prior_diagonal_n_blocks``, off
+  by default as in Transformers' ``MraConfig``): the first ``n`` query-block rows and key-block
+  columns (global tokens), and the band |x - y| <= n // 2 around the diagonal. Prior pairs are
+  ranked ahead of every other pair (the official code adds 5e3 to their scores); they still count
+  against the budget.
+- Padding: block means, counts and the ranking use real tokens only (official masked means);
+  blocks without a real token are never selected and never attended. The budget is
+  ``block_per_row`` x (number of query blocks holding a real token) of *that* sequence, at most
+  all real block pairs, so appending padding changes nothing (the official code's budget depends
+  on the padded model length). The sequence is padded internally to a multiple of
+  ``block_size``; internal padding is treated exactly like key padding.
+- Gradients flow through the exact blocks and the low-resolution term (block means); the
+  selection itself is not differentiated (as the official code, which selects under no_grad).
+
+Two backends compute the same thing:
+
+- ``gather``: plain PyTorch. The selected (query block, key block) pairs are listed, their
+  blocks gathered with ``index_select`` and multiplied with batched matmuls; partial results
+  are combined per query row with ``index_add``; the low-resolution part is a dense
+  (nb x nb) block-level softmax. Cost and memory grow with the number of selected blocks.
+  Supports autograd and every dtype and device (half precision is computed in fp32).
+- ``flex``: ``torch.nn.attention.flex_attention`` (compiled), with a ``BlockMask`` listing the
+  selected key blocks of every query block and a ``mask_mod`` for padded keys. For ``mra2``
+  the low-resolution part enters the same call as one virtual key per query block x, with
+  value = the low-resolution output of x and score = its log-sum-exp; the kernel's own
+  online softmax then performs exactly the log-sum-exp merge. (``return_lse`` would allow
+  merging afterwards, but compiled flex on CPU rejects it in fp32 and, measured here with torch
+  2.13, returns wrong outputs with it in fp16/bf16.) Compiled flex on CPU is inference only.
+- ``auto`` (default): ``flex`` for inference (no gradient needed) on CPU in fp32/fp16/bf16 when
+  the sequence has at least ``FLEX_MIN_LENGTH`` tokens, else ``gather``. The first call per
+  shape compiles (5-25 s). CUDA flex (Triton) could not be tested here: ask for it with
+  ``backend="flex"``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention.flex_attention import BlockMask, flex_attention
+
+from ..registry import register_method
+from .base import AttentionMethod, MethodOptions, check_choice, check_int, compute_dtype, pad_to_multiple
+
+BACKENDS = ("auto", "flex", "gather")
+#: Shortest input length for which ``backend="auto"`` picks flex (measured on 2 CPU threads at
+#: n = 1024, fp32, 12 heads: flex 11 ms, gather 32 ms, SDPA 20 ms; at n = 512 gather is as fast).
+FLEX_MIN_LENGTH = 1024
+#: The flex path pads the length to a multiple of this, so that few shapes get compiled
+#: (compiled shapes are static: one compilation, ~5-10 s, per (batch, heads, padded length,
+#: head_dim, dtype, method)). Padded blocks are never selected, so the padding costs next to nothing.
+FLEX_LENGTH_MULTIPLE = 1024
+#: Dynamo compiles at most this many shapes of flex_attention (its default, 8, would run any
+#: further shape through eager flex, which materialises the dense score matrix).
+FLEX_RECOMPILE_LIMIT = 64
+#: Devices and dtypes on which ``backend="auto"`` uses flex (verified: CPU, torch 2.13).
+FLEX_AUTO_DEVICES = ("cpu",)
+FLEX_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+@dataclass
+class MraOptions(MethodOptions):
+    # b in R = {b, 1}: section 5, "Baselines": "R = {32, 1} ... denoted in experiments as MRA-2".
+    block_size: int = 32
+    # Exact blocks per query block, on average (budget m_1 = block_per_row x number of query
+    # blocks, Alg. 1). 4 = Transformers' MraConfig default and the official RoBERTa-512 config
+    # "base-512-4"; the official 4096-token runs use 16 (with priors, e.g. first 1, diagonal 5).
+    block_per_row: int = 4
+    # Alg. 1 "prespecified via priors"; 0 = off (Transformers' MraConfig defaults).
+    initial_prior_first_n_blocks: int = 0
+    initial_prior_diagonal_n_blocks: int = 0
+    # "auto", "flex" or "gather" (module docstring).
+    backend: str = "auto"
+
+    def validate(self) -> None:
+        check_int("block_size", self.block_size, 1)
+        check_int("block_per_row", self.block_per_row, 1)
+        check_int("initial_prior_first_n_blocks", self.initial_prior_first_n_blocks, 0)
+        check_int("initial_prior_diagonal_n_blocks", self.initial_prior_diagonal_n_blocks, 0)
+        check_choice("backend", self.backend, BACKENDS)
+
+
+class BlockStats(NamedTuple):
+    """Low-resolution view of one padded input (eqs. 10-12 and 17)."""
+
+    counts: torch.Tensor  # (B, nb) number of real tokens per block
+    logits: torch.Tensor  # (B, H, nb, nb) log mu = mean(Q block) . mean(K block) * scaling
+    value_means: torch.Tensor  # (B, H, nb, D) mean of the real values of each block
+
+
+def block_stats(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, real: torch.Tensor, block_size: int,
+                scaling: float) -> BlockStats:
+    """Masked block means (eqs. 11, 17) and log mu (eq. 12) of padded q, k, v (B, H, N, D);
+    ``real`` (B, N) marks real tokens, and k, v must be zero at the other positions."""
+    batch, heads, length, dim = q.shape
+    shape = (batch, heads, length // block_size, block_size, dim)
+    counts = real.view(batch, -1, block_size).sum(-1)
+    inv_count = 1.0 / counts.clamp(min=1).to(q.dtype)[:, None, :, None]
+    q_mean = (q * real[:, None, :, None]).view(shape).sum(3) * inv_count
+    k_mean = k.view(shape).sum(3) * inv_count
+    v_mean = v.view(shape).sum(3) * inv_count
+    return BlockStats(counts, q_mean @ k_mean.transpose(-1, -2) * scaling, v_mean)
+
+
+@torch.no_grad()
+def select_blocks(logits: torch.Tensor, counts: torch.Tensor, block_per_row: int, first_n: int = 0,
+                  diagonal_n: int = 0) -> torch.Tensor:
+    """Alg. 1 for R = {b, 1}: bool (B, H, nb, nb), True for the block pairs attended exactly.
+
+    Per sequence the budget is block_per_row x (query blocks holding a real token), capped at
+    all real block pairs; pairs are ranked over the whole head (see module docstring)."""
+    batch, heads, nb, _ = logits.shape
+    has_real = counts > 0
+    eligible = (has_real[:, :, None] & has_real[:, None, :])[:, None]  # (B, 1, nb, nb)
+    row_max = logits.masked_fill(~eligible, -math.inf).amax(-1, keepdim=True)
+    score = torch.where(eligible, logits - row_max, -math.inf)
+    if first_n > 0 or diagonal_n > 0:
+        idx = torch.arange(nb, device=logits.device)
+        prior = (idx[:, None] < first_n) | (idx[None, :] < first_n)
+        if diagonal_n > 0:
+            prior |= (idx[:, None] - idx[None, :]).abs() <= diagonal_n // 2
+        # Shift prior pairs above every other pair: other scores lie in [lowest, 0].
+        lowest = score.masked_fill(~eligible, math.inf).amin((-2, -1), keepdim=True)
+        score = torch.where(prior & eligible, score - lowest + 1, score)
+    real_blocks = has_real.sum(-1)
+    budget = torch.minimum(real_blocks * block_per_row, real_blocks * real_blocks)  # (B,)
+    top = int(budget.max())
+    selected = torch.zeros(batch, heads, nb * nb, dtype=torch.bool, device=logits.device)
+    if top > 0:
+        ranked = score.flatten(2).topk(top, dim=-1, sorted=True).indices
+        keep = (torch.arange(top, device=logits.device) < budget[:, None, None]).expand(-1, heads, -1)
+        selected.scatter_(-1, ranked, keep)
+    return selected.view(batch, heads, nb, nb)
+
+
+def _low_resolution_logits(stats: BlockStats, selected: torch.Tensor) -> torch.Tensor:
+    """log(c_y mu_{x,y}) for the pairs kept at low resolution, -inf elsewhere (eq. 13)."""
+    log_counts = stats.counts.to(stats.logits.dtype).log()[:, None, None, :]  # -inf: no real key
+    return (stats.logits + log_counts).masked_fill(selected, -math.inf)
+
+
+def _normalise(num: torch.Tensor, den: torch.Tensor, row_max: torch.Tensor):
+    """(num / den, log-sum-exp) with empty rows (den = 0) giving 0 and -inf."""
+    nonempty = den > 0
+    den = torch.where(nonempty, den, 1.0)
+    return num / den.unsqueeze(-1), torch.where(nonempty, row_max + den.log(), -math.inf)
+
+
+def _finite_max(x: torch.Tensor, dim: int) -> torch.Tensor:
+    """Detached max for max subtraction; 0 where the whole row is -inf."""
+    m = x.detach().amax(dim)
+    return m.masked_fill(m == -math.inf, 0.0)
+
+
+def gather_selected_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, real: torch.Tensor,
+                              selected: torch.Tensor, block_size: int, scaling: float):
+    """Exact softmax attention restricted to the selected blocks, by gather + bmm.
+
+    Returns (out, lse), (B, H, N, D) and (B, H, N): the normalised output and log-sum-exp of
+    every row over its selected keys (0 and -inf for rows with none)."""
+    batch, heads, length, dim = q.shape
+    nb = length // block_size
+    b, h, x, y = selected.nonzero(as_tuple=True)
+    rows = (b * heads + h) * nb + x  # query block id, in (B * H * nb)
+    cols = (b * heads + h) * nb + y
+    blocks = (batch * heads * nb, block_size, dim)
+    q_blocks = (q * scaling).reshape(blocks).index_select(0, rows)
+    k_blocks = k.reshape(blocks).index_select(0, cols)
+    v_blocks = v.reshape(blocks).index_select(0, cols)
+    scores = torch.bmm(q_blocks, k_blocks.transpose(1, 2))
+    key_real = real.view(batch, nb, block_size)[b, y]
+    if not bool(key_real.all()):
+        scores = scores.masked_fill(~key_real[:, None, :], -math.inf)
+    # Every selected block has a real key, so each block's row max is finite.
+    row_max = torch.full(blocks[:2], -math.inf, dtype=q.dtype, device=q.device)
+    row_max.scatter_reduce_(0, rows[:, None].expand(-1, block_size), scores.detach().amax(-1), "amax")
+    row_max = row_max.masked_fill(row_max == -math.inf, 0.0)
+    probs = torch.exp(scores - row_max[rows].unsqueeze(-1))
+    num = q.new_zeros(blocks).index_add(0, rows, torch.bmm(probs, v_blocks))
+    den = q.new_zeros(blocks[:2]).index_add(0, rows, probs.sum(-1))
+    out, lse = _normalise(num, den, row_max)
+    return out.view(batch, heads, length, dim), lse.view(batch, heads, length)
+
+
+def low_resolution_attention(low_logits: torch.Tensor, value_means: torch.Tensor):
+    """Alg. 2 at resolution b: per query block, (out, lse) of the blocks kept at low resolution,
+    shapes (B, H, nb, D) and (B, H, nb)."""
+    row_max = _finite_max(low_logits, -1)
+    weights = torch.exp(low_logits - row_max.unsqueeze(-1))
+    return _normalise(weights @ value_means, weights.sum(-1), row_max)
+
+
+def merge_by_lse(out_a: torch.Tensor, lse_a: torch.Tensor, out_b: torch.Tensor, lse_b: torch.Tensor):
+    """Softmax over the union of two disjoint key sets from each set's (out, log-sum-exp)."""
+    m = _finite_max(torch.stack([lse_a, lse_b]), 0)
+    w_a, w_b = torch.exp(lse_a - m), torch.exp(lse_b - m)
+    total = w_a + w_b
+    total = torch.where(total > 0, total, 1.0)
+    return (w_a.unsqueeze(-1) * out_a + w_b.unsqueeze(-1) * out_b) / total.unsqueeze(-1)
+
+
+# ----------------------------------------------------------------------------- flex backend
+
+_compiled_flex: Callable | None = None
+
+
+def _flex() -> Callable:
+    global _compiled_flex
+    if _compiled_flex is None:
+        _compiled_flex = torch.compile(flex_attention, dynamic=False)
+    return _compiled_flex
+
+
+def _block_list(sel: torch.Tensor):
+    """(B, H, nq, nk) bool -> BlockMask's (count, indices): int32, selected indices first."""
+    order = torch.argsort(sel.to(torch.int8), dim=-1, descending=True, stable=True)
+    return sel.sum(-1, dtype=torch.int32), order.to(torch.int32)
+
+
+def flex_mra_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, real: torch.Tensor,
+                       selected: torch.Tensor, block_size: int, scaling: float,
+                       low_out: torch.Tensor | None = None, low_lse: torch.Tensor | None = None) -> torch.Tensor:
+    """Softmax attention over the selected blocks in one FlexAttention call; given the
+    low-resolution (out, lse) of every query block, (B, H, nb, D) and (B, H, nb), query block x
+    also attends to one virtual key with value ``low_out[x]`` and score ``low_lse[x]``, which is
+    exactly the log-sum-exp merge of both parts (see the module docstring)."""
+    batch, heads, length, dim = q.shape
+    nb = length // block_size
+    blocks_real = real.view(batch, nb, block_size)
+    full_key_block = blocks_real.all(-1)[:, None, None, :]
+    dense, partial = selected & full_key_block, selected & ~full_key_block
+    score_mod, key_ok = None, real
+    if low_out is not None:
+        # Virtual key x sits at position length + x, in virtual block x // block_size.
+        n_virtual = -(-nb // block_size) * block_size
+        k = torch.cat([k, k.new_zeros(batch, heads, n_virtual, dim)], 2)
+        v = torch.cat([v, F.pad(low_out, (0, 0, 0, n_virtual - nb)).to(v.dtype)], 2)
+        key_ok = F.pad(real, (0, n_virtual), value=True)
+        own_block = torch.arange(nb, device=q.device) // block_size
+        virtual = F.one_hot(own_block, n_virtual // block_size).bool() & blocks_real.any(-1)[:, None, :, None]
+        dense = torch.cat([dense, virtual.expand(batch, heads, -1, -1)], -1)
+        partial = F.pad(partial, (0, n_virtual // block_size), value=False)
+        first_virtual = torch.tensor(length, device=q.device)
+
+        def score_mod(score, b, h, q_idx, kv_idx):
+            x = q_idx // block_size
+            virtual_score = torch.where(kv_idx - first_virtual == x, low_lse[b, h, x], -math.inf)
+            return torch.where(kv_idx < first_virtual, score, virtual_score)
+
+    def mask_mod(b, h, q_idx, kv_idx):
+        return key_ok[b, kv_idx]
+
+    block_mask = BlockMask.from_kv_blocks(
+        *_block_list(partial), *_block_list(dense), BLOCK_SIZE=block_size, mask_mod=mask_mod,
+        seq_lengths=(length, k.shape[2]), compute_q_blocks=False,
+    )
+    # Triton's default tiles (64-128) must divide the sparse block size; ask for block-sized ones.
+    options = {"BLOCK_M": block_size, "BLOCK_N": block_size} if q.device.type == "cuda" else None
+    with torch._dynamo.config.patch(recompile_limit=FLEX_RECOMPILE_LIMIT):
+        return _flex()(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scaling, kernel_options=options)
+
+
+# ----------------------------------------------------------------------------- methods
+
+
+class _MraBase(AttentionMethod):
+    options_cls = MraOptions
+    #: True for MRA-2 (low-resolution term in the non-selected blocks), False for MRA-2-s.
+    low_resolution: bool
+
+    def _use_flex(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
+        backend = self.options.backend
+        needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+        if backend == "flex":
+            if q.dtype not in FLEX_DTYPES:
+                raise ValueError(f"{self.name}: backend='flex' supports dtypes {list(FLEX_DTYPES)}, got {q.dtype}")
+            if needs_grad and q.device.type != "cuda":
+                raise ValueError(
+                    f"{self.name}: backend='flex' has no backward on {q.device.type} (compiled FlexAttention is "
+                    "inference-only there); use backend='gather' or 'auto', or run under torch.no_grad()"
+                )
+            return True
+        return (
+            backend == "auto"
+            and not needs_grad
+            and q.device.type in FLEX_AUTO_DEVICES
+            and q.dtype in FLEX_DTYPES
+            and q.shape[2] >= FLEX_MIN_LENGTH
+        )
+
+    def attend(self, q, k, v, key_padding_mask, scaling):
+        opts = self.options
+        bs, (batch, _, length, _) = opts.block_size, q.shape
+        use_flex = self._use_flex(q, k, v)
+        # flex: pad to a multiple of FLEX_LENGTH_MULTIPLE too, so that few lengths get compiled.
+        multiple = math.lcm(bs, FLEX_LENGTH_MULTIPLE) if use_flex else bs
+        real = q.new_ones(batch, length, dtype=torch.bool) if key_padding_mask is None else key_padding_mask
+        real = pad_to_multiple(real, multiple, dim=1, value=False)
+        work_dtype = q.dtype if use_flex else compute_dtype(q)
+        q, k, v = (pad_to_multiple(t.to(work_dtype), multiple, dim=2) for t in (q, k, v))
+        if not bool(real.all()):  # padded keys carry nothing (not even inf or nan)
+            k, v = (t.masked_fill(~real[:, None, :, None], 0.0) for t in (k, v))
+        if use_flex and not torch.is_grad_enabled():
+            q, k, v = (t.detach() for t in (q, k, v))  # CPU flex refuses inputs that require grad
+
+        stats_dtype = compute_dtype(q)
+        stats = block_stats(q.to(stats_dtype), k.to(stats_dtype), v.to(stats_dtype), real, bs, scaling)
+        selected = select_blocks(stats.logits, stats.counts, opts.block_per_row,
+                                 opts.initial_prior_first_n_blocks, opts.initial_prior_diagonal_n_blocks)
+        low_out = low_lse = None
+        if self.low_resolution:
+            low_out, low_lse = low_resolution_attention(_low_resolution_logits(stats, selected), stats.value_means)
+        if use_flex:
+            out = flex_mra_attention(q, k, v, real, selected, bs, scaling, low_out, low_lse)
+        else:
+            out, lse = gather_selected_attention(q, k, v, real, selected, bs, scaling)
+            if low_out is not None:
+                out = merge_by_lse(out, lse, low_out.repeat_interleave(bs, 2), low_lse.repeat_interleave(bs, 2))
+        return out[:, :, :length]
+
+
+@register_method
+class Mra2(_MraBase):
+    """MRA-2: exact attention in the selected blocks, low resolution (eq. 13) in all others."""
+
+    name = "mra2"
+    low_resolution = True
+
+
+@register_method
+class Mra2Sparse(_MraBase):
+    """MRA-2-s (eq. 18): exact attention in the selected blocks only."""
+
+    name = "mra2_s"
+    low_resolution = False

@@ -1,0 +1,229 @@
+"""MRA-2 and MRA-2-s (seed 003): exactness limit, a dense reference of the method's formula,
+block selection, padding, gradients and the flex backend."""
+
+import math
+
+import pytest
+import torch
+
+from hf_efficient_attn.methods import mra
+from hf_efficient_attn.methods.base import AttentionShape
+from hf_efficient_attn.methods.softmax import softmax_reference
+from hf_efficient_attn.registry import build_method
+
+METHODS = ["mra2", "mra2_s"]
+BS = 32  # default block size
+
+
+def make(name, heads=2, dim=8, **options):
+    options.setdefault("backend", "gather")
+    return build_method(name, options, AttentionShape(heads, dim, max_seq_len=4096)).eval()
+
+
+def qkv(batch=2, heads=2, seq=75, dim=8, dtype=torch.float64, scale=1.0):
+    return [torch.randn(batch, heads, seq, dim, dtype=dtype) * scale for _ in range(3)]
+
+
+def real_rows(out, mask):
+    return torch.where(mask[:, None, :, None], out, 0.0)
+
+
+def dense_mra_reference(q, k, v, mask, block_per_row, low_resolution, first_n=0, diagonal_n=0, bs=BS):
+    """MRA-2(-s) written out densely, in float64 with Python loops: masked block means, log mu
+    (eqs. 10-12), the ranking of all real block pairs (priors first, then mu minus its row max),
+    the budget, and the dense approximation A^ (eq. 13 / 18) normalised row by row."""
+    batch, heads, n, dim = q.shape
+    nb = math.ceil(n / bs)
+    out = torch.zeros(batch, heads, n, dim, dtype=torch.float64)
+    for b in range(batch):
+        tokens = [[i for i in range(x * bs, min(n, (x + 1) * bs)) if mask[b, i]] for x in range(nb)]
+        real_blocks = [x for x in range(nb) if tokens[x]]
+        budget = min(len(real_blocks) * block_per_row, len(real_blocks) ** 2)
+        for h in range(heads):
+            qh, kh, vh = q[b, h].double(), k[b, h].double(), v[b, h].double()
+            mu = {(x, y): float(qh[tokens[x]].mean(0) @ kh[tokens[y]].mean(0)) / math.sqrt(dim)
+                  for x in real_blocks for y in real_blocks}
+            row_max = {x: max(mu[x, y] for y in real_blocks) for x in real_blocks}
+
+            def rank(pair):
+                x, y = pair
+                prior = x < first_n or y < first_n or (diagonal_n > 0 and abs(x - y) <= diagonal_n // 2)
+                return (prior, mu[pair] - row_max[x])
+
+            chosen = set(sorted(mu, key=rank, reverse=True)[:budget])
+            approx = torch.zeros(n, n, dtype=torch.float64)
+            for (x, y), m in mu.items():
+                rows, cols = slice(x * bs, (x + 1) * bs), tokens[y]
+                if (x, y) in chosen:
+                    approx[rows, cols] = torch.exp(qh[rows] @ kh[cols].T / math.sqrt(dim))
+                elif low_resolution:
+                    approx[rows, cols] = math.exp(m)
+            for i in range(n):
+                if mask[b, i] and approx[i].sum() > 0:
+                    out[b, h, i] = approx[i] @ vh / approx[i].sum()
+    return out
+
+
+def smooth_qkv(seq=256, heads=2, dim=16, scale=2.0):
+    """Inputs with locality (section 4.1: nearby tokens alike): random walks plus a few repeated
+    'topics', so that attention has structure at the block level."""
+    walk = torch.randn(3, 1, heads, seq, dim, dtype=torch.float64).cumsum(3) / math.sqrt(seq / 8)
+    topics = torch.randn(3, 1, heads, 4, dim, dtype=torch.float64)
+    topic_of_token = (torch.arange(seq) // 48) % 4
+    q, k, v = (walk + topics[:, :, :, topic_of_token]) * scale
+    return q, k, v
+
+
+# ----------------------------------------------------------------------------- exactness
+
+
+@pytest.mark.parametrize("name", METHODS)
+@pytest.mark.parametrize("priors", [(0, 0), (1, 3)])
+def test_full_budget_is_exact_softmax_with_padding_and_odd_length(name, priors):
+    q, k, v = qkv(batch=3, seq=75)  # 3 blocks, the last one partial
+    mask = torch.ones(3, 75, dtype=torch.bool)
+    mask[1, 40:] = False  # internal + key padding
+    mask[2, :] = False  # a sequence of padding only
+    method = make(name, block_per_row=3, initial_prior_first_n_blocks=priors[0],
+                  initial_prior_diagonal_n_blocks=priors[1])
+    out = method(q, k, v, mask)
+    torch.testing.assert_close(out, real_rows(softmax_reference(q, k, v, mask), mask), atol=1e-12, rtol=1e-10)
+
+
+@pytest.mark.parametrize("name", METHODS)
+def test_full_budget_is_exact_with_large_scores(name):
+    """Max subtraction / log-sum-exp merge: scores of several hundred stay exact and finite."""
+    q, k, v = qkv(seq=100, scale=8.0)
+    out = make(name, block_per_row=4)(q, k, v)
+    torch.testing.assert_close(out, softmax_reference(q, k, v), atol=1e-10, rtol=1e-8)
+    assert torch.isfinite(make(name, block_per_row=1)(q, k, v)).all()
+
+
+@pytest.mark.parametrize("name", METHODS)
+@pytest.mark.parametrize("options", [{}, {"block_per_row": 2, "initial_prior_first_n_blocks": 1,
+                                          "initial_prior_diagonal_n_blocks": 3}])
+def test_matches_dense_reference_of_the_formula(name, options):
+    q, k, v = qkv(batch=2, heads=2, seq=300, dim=8)  # 10 blocks; default budget 4 of 10 per row
+    mask = torch.ones(2, 300, dtype=torch.bool)
+    mask[1, 170:] = False
+    block_per_row = options.get("block_per_row", 4)
+    expected = dense_mra_reference(q, k, v, mask, block_per_row, name == "mra2",
+                                   options.get("initial_prior_first_n_blocks", 0),
+                                   options.get("initial_prior_diagonal_n_blocks", 0))
+    torch.testing.assert_close(make(name, **options)(q, k, v, mask), expected, atol=1e-10, rtol=1e-8)
+
+
+def test_error_decreases_as_the_budget_grows():
+    q, k, v = smooth_qkv()  # 8 blocks
+    exact = softmax_reference(q, k, v)
+    errors = [float((make("mra2", dim=16, block_per_row=r)(q, k, v) - exact).norm() / exact.norm())
+              for r in (1, 2, 4, 8)]
+    assert all(a > b for a, b in zip(errors, errors[1:])), errors
+    assert errors[0] < 0.5 and errors[-1] < 1e-12, errors
+    # The low-resolution term helps: MRA-2 beats MRA-2-s at the same budget.
+    sparse = make("mra2_s", dim=16, block_per_row=2)(q, k, v)
+    assert errors[1] < float((sparse - exact).norm() / exact.norm())
+
+
+# ----------------------------------------------------------------------------- selection
+
+
+def test_select_blocks_budget_padding_and_priors():
+    counts = torch.tensor([[32, 32, 32, 32, 32, 32], [32, 32, 5, 0, 0, 0]])
+    logits = torch.randn(2, 3, 6, 6)
+    selected = mra.select_blocks(logits, counts, block_per_row=2)
+    assert selected.sum((-1, -2)).tolist() == [[12] * 3, [6] * 3]  # 2 x real query blocks
+    assert not selected[1, :, 3:].any() and not selected[1, :, :, 3:].any()  # padded blocks
+    best = logits.argmax(-1)  # every real query block keeps its best key block
+    assert selected[0].gather(-1, best[0, ..., None]).all()
+    assert selected[1, :, :3].gather(-1, logits[1, :, :3, :3].argmax(-1, keepdim=True)).all()
+    # Priors (a diagonal band of 3 blocks) are taken first, even against the scores.
+    diag = mra.select_blocks(-logits.abs() - 100 * torch.eye(6), counts, block_per_row=3, diagonal_n=3)
+    band = (torch.arange(6)[:, None] - torch.arange(6)[None, :]).abs() <= 1
+    assert diag[0, :, band].all()
+    # The budget caps at all real pairs.
+    assert mra.select_blocks(logits, counts, block_per_row=6)[1, :, :3, :3].all()
+
+
+@pytest.mark.parametrize("name", METHODS)
+def test_long_padding_keeps_real_outputs(name):
+    method = make(name, block_per_row=1, initial_prior_first_n_blocks=1, initial_prior_diagonal_n_blocks=3)
+    q, k, v = qkv(batch=1, seq=150)
+    extra = [torch.randn(1, 2, 250, 8, dtype=torch.float64) * 10 for _ in range(3)]
+    padded = [torch.cat([t, e], 2) for t, e in zip((q, k, v), extra)]
+    mask = torch.arange(400)[None] < 150
+    out = method(*padded, mask)
+    torch.testing.assert_close(out[:, :, :150], method(q, k, v), atol=1e-12, rtol=1e-10)
+    assert (out[:, :, 150:] == 0).all()
+
+
+# ----------------------------------------------------------------------------- gradients
+
+
+@pytest.mark.parametrize("name", METHODS)
+def test_gradcheck(name):
+    q, k, v = (t.requires_grad_() for t in qkv(batch=1, heads=1, seq=40, dim=2))  # 2 blocks
+    mask = torch.ones(1, 40, dtype=torch.bool)
+    mask[0, 36:] = False
+    method = make(name, heads=1, dim=2, block_per_row=1)  # 2 of 4 block pairs exact
+    assert torch.autograd.gradcheck(lambda *t: method(*t, mask), (q, k, v), eps=1e-6, atol=1e-6)
+
+
+def test_low_resolution_term_gets_gradient():
+    """In MRA-2, keys outside every selected block still get a gradient (through the block means)."""
+    q, k, v = (t.requires_grad_() for t in qkv(batch=1, heads=1, seq=128, dim=8))
+    method = make("mra2", heads=1, block_per_row=1)
+    method(q, k, v).square().sum().backward()
+    assert (k.grad.abs().sum(-1) > 0).all() and (v.grad.abs().sum(-1) > 0).all()
+
+
+# ----------------------------------------------------------------------------- flex backend
+
+
+def test_flex_matches_gather():
+    """One small case, mra2 only (mra2_s's graph is the same minus the virtual keys): compiling
+    FlexAttention takes 5-25 s (cold inductor cache)."""
+    q, k, v = qkv(batch=2, heads=2, seq=200, dim=16, dtype=torch.float32)
+    mask = torch.ones(2, 200, dtype=torch.bool)
+    mask[1, 130:] = False
+    options = dict(heads=2, dim=16, block_per_row=2, initial_prior_diagonal_n_blocks=1)
+    with torch.no_grad():
+        flex = make("mra2", backend="flex", **options)(q, k, v, mask)
+    gather = make("mra2", backend="gather", **options)(q, k, v, mask)
+    torch.testing.assert_close(flex, gather, atol=2e-6, rtol=1e-5)
+
+
+def test_auto_uses_gather_for_short_or_differentiable_inputs():
+    q, k, v = qkv(seq=64, dtype=torch.float32)
+    method = make("mra2", backend="auto")
+    assert not method._use_flex(q, k, v)
+    long_q = torch.zeros(1, 2, mra.FLEX_MIN_LENGTH, 8)
+    assert method._use_flex(long_q, long_q, long_q)
+    assert not method._use_flex(long_q.requires_grad_(), long_q, long_q)
+
+
+def test_flex_backend_refuses_backward_on_cpu():
+    q, k, v = (t.requires_grad_() for t in qkv(seq=64, dtype=torch.float32))
+    with pytest.raises(ValueError, match="backend='gather'"):
+        make("mra2", backend="flex")(q, k, v)
+
+
+# ----------------------------------------------------------------------------- options
+
+
+@pytest.mark.parametrize("options, match", [
+    ({"backend": "triton"}, "auto"),
+    ({"block_size": 0}, "block_size"),
+    ({"block_per_row": True}, "block_per_row"),
+    ({"initial_prior_diagonal_n_blocks": -1}, "initial_prior_diagonal_n_blocks"),
+])
+def test_invalid_options(options, match):
+    with pytest.raises(ValueError, match=match):
+        make("mra2", **options)
+
+
+def test_other_block_sizes():
+    q, k, v = qkv(seq=50)
+    for bs in (1, 7, 64):
+        out = make("mra2_s", block_size=bs, block_per_row=64)(q, k, v)
+        torch.testing.assert_close(out, softmax_reference(q, k, v), atol=1e-12, rtol=1e-10)
