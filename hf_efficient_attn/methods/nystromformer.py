@@ -1,0 +1,173 @@
+"""Nystromformer: softmax attention by the Nystrom method on segment-mean landmarks.
+
+Xiong et al., "Nystromformer: A Nystrom-Based Algorithm for Approximating Self-Attention",
+AAAI 2021 (a baseline in seeds 002 and 003). With m landmarks Q~, K~ (means of m segments of
+the sequence) and s = scaling::
+
+    F = softmax(Q K~^T s)   (n x m)      A = softmax(Q~ K~^T s)   (m x m)
+    B = softmax(Q~ K^T s)   (m x n)      out = F A^+ (B V)                       # O(n m)
+
+A^+ is the Moore-Penrose pseudo-inverse by the iterative scheme the paper takes from Razavi et
+al. (2014), ``iterative_pinv``: Z_0 = A^T / (||A||_1 ||A||_inf), then 6 iterations of
+Z <- Z (13 I - A Z (15 I - A Z (7 I - A Z))) / 4. Optionally a depthwise convolution over the
+sequence of V is added to the output (official code: ``conv_kernel_size``).
+
+Padding and lengths (our choices; the official code and Transformers' NystromformerModel need
+n to be a multiple of m and average padded tokens into the landmarks):
+- The segments split each sequence's *real* tokens, in order, into m_b = min(m, L_b) runs of
+  near-equal length (sizes differ by at most one), so any length works and appending padding
+  changes no real output. Padded keys are masked in B; padded values are zeroed before the conv.
+- When a sequence has L_b <= m real tokens every token is its own landmark. Then F is exactly
+  softmax(Q K^T s) over the real keys and the Nystrom formula F A^+ B V reduces to F V (A = B are
+  the real rows of F, and A A^+ A = A); we return F V, exact attention, rather than running a
+  6-step approximate inverse whose error would only add noise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..registry import register_method
+from .base import AttentionMethod, AttentionShape, MethodOptions, check_int, compute_dtype
+
+
+def iterative_pinv(mat: torch.Tensor, iterations: int) -> torch.Tensor:
+    """Moore-Penrose pseudo-inverse of square matrices (..., m, m) by the order-3 iteration of
+    Razavi et al. (2014) used by Nystromformer (Xiong et al. 2021, section 3) and Skyformer
+    (seed 002, section 4.4).
+
+    Z_0 = A^T / (||A||_1 ||A||_inf) per matrix (Razavi et al.'s choice). For a row-stochastic
+    softmax A, ||A||_inf = 1 and this is the official code's 1 / (largest column sum), which the
+    official code takes over the whole batch (coupling batch elements) and we per matrix.
+    Every Z_j is A^T times a polynomial in A A^T, so the iteration converges to A^+ also for a
+    singular A; the error I - A Z_j of an eigen-direction shrinks as (1 - x)^3 (4 - x) / 4.
+    (For an exactly singular A, rounding errors outside its range grow by 13/4 per step, so
+    far more iterations than convergence needs drift away from A^+.)
+    """
+    eye = torch.eye(mat.shape[-1], dtype=mat.dtype, device=mat.device)
+    norm_1 = mat.abs().sum(-2).amax(-1)  # largest column sum
+    norm_inf = mat.abs().sum(-1).amax(-1)  # largest row sum
+    z = mat.transpose(-1, -2) / (norm_1 * norm_inf)[..., None, None]
+    for _ in range(iterations):
+        az = mat @ z
+        z = 0.25 * z @ (13 * eye - az @ (15 * eye - az @ (7 * eye - az)))
+    return z
+
+
+def segment_means_pooling(
+    key_padding_mask: torch.Tensor | None, shape: tuple[int, int], num_landmarks: int, dtype: torch.dtype,
+    device: torch.device,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B, m, N) matrix P whose row j averages segment j of each sequence's real tokens, and the
+    (B, m) bool of landmark slots in use (m_b = min(m, L_b) per sequence).
+
+    The real token of rank r (0-based, in order) goes to segment floor(r m_b / L_b).
+    """
+    real = torch.ones(shape, dtype=torch.bool, device=device) if key_padding_mask is None else key_padding_mask
+    lengths = real.sum(-1, keepdim=True)  # L_b
+    used = lengths.clamp(max=num_landmarks)  # m_b
+    rank = real.long().cumsum(-1) - 1
+    segment = (rank.clamp(min=0) * used) // lengths.clamp(min=1)
+    members = (F.one_hot(segment, num_landmarks).transpose(1, 2) * real[:, None, :]).to(dtype)  # (B, m, N)
+    counts = members.sum(-1)
+    return members / counts.clamp(min=1)[..., None], counts > 0
+
+
+def masked_softmax(scores: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
+    """Softmax over the last axis giving exactly zero weight where ``keep`` is False (a finite
+    fill instead of -inf keeps rows with nothing to keep finite)."""
+    if keep is not None:
+        scores = scores.masked_fill(~keep, torch.finfo(scores.dtype).min)
+    return scores.softmax(-1)
+
+
+def nystrom_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    key_padding_mask: torch.Tensor | None,
+    scaling: float,
+    num_landmarks: int,
+    pinv_iterations: int,
+) -> torch.Tensor:
+    """F A^+ (B V) with segment-mean landmarks, or F V for sequences of at most m real tokens
+    (module docstring). q, k, v (B, H, N, D); returns (B, H, N, D)."""
+    batch, _, seq_len, _ = q.shape
+    pool, used = segment_means_pooling(key_padding_mask, (batch, seq_len), num_landmarks, q.dtype, q.device)
+    pool = pool[:, None]  # (B, 1, m, N), shared by the heads
+    q = q * scaling
+    q_landmarks, k_landmarks = pool @ q, pool @ k  # (B, H, m, D)
+    used_cols = used[:, None, None, :]
+    kernel_f = masked_softmax(q @ k_landmarks.transpose(-1, -2), used_cols)  # (B, H, N, m)
+
+    lengths = torch.full((batch,), seq_len, device=q.device) if key_padding_mask is None else key_padding_mask.sum(-1)
+    short = (lengths <= num_landmarks)[:, None, None, None]  # every real token is its own landmark
+    if bool(short.all()):
+        return kernel_f @ (pool @ v)
+    kernel_a = masked_softmax(q_landmarks @ k_landmarks.transpose(-1, -2), used_cols)  # (B, H, m, m)
+    keys = None if key_padding_mask is None else key_padding_mask[:, None, None, :]
+    kernel_b = masked_softmax(q_landmarks @ k.transpose(-1, -2), keys)  # (B, H, m, N)
+    out = kernel_f @ (iterative_pinv(kernel_a, pinv_iterations) @ (kernel_b @ v))
+    if bool(short.any()):
+        out = torch.where(short, kernel_f @ (pool @ v), out)
+    return out
+
+
+@dataclass
+class NystromformerOptions(MethodOptions):
+    # m. Xiong et al. 2021 pretrain their BERT-size model with 64 landmarks (also the official
+    # nystrom-512 config; its LRA configs try 32-256).
+    num_landmarks: int = 64
+    # Iterations of ``iterative_pinv``: 6 in Xiong et al. 2021 (section 3) and the official
+    # ``iterative_inv(n_iter=6)``.
+    pinv_iterations: int = 6
+    # Depthwise (kernel x 1) convolution over the sequence of V added to the output, one filter
+    # per head. Off (None or 0) by default: the official code adds it only when the config names
+    # it (its BERT config uses 33, its LRA configs 35), and it is a new parameter that pretrained
+    # checkpoints lack. Must be odd so that the output keeps length n.
+    conv_kernel_size: int | None = None
+
+    def validate(self) -> None:
+        check_int("num_landmarks", self.num_landmarks, 1)
+        check_int("pinv_iterations", self.pinv_iterations, 0)
+        size = self.conv_kernel_size
+        if size is None or (size == 0 and not isinstance(size, bool)):
+            return
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1 or size % 2 == 0:
+            raise ValueError(
+                f"option 'conv_kernel_size' must be a positive odd integer, or None / 0 for off; got {size!r}"
+            )
+
+
+@register_method
+class Nystromformer(AttentionMethod):
+    """F A^+ (B V) with m segment-mean landmarks (Xiong et al. 2021), padding-exact."""
+
+    name = "nystromformer"
+    options_cls = NystromformerOptions
+
+    def __init__(self, options: NystromformerOptions, shape: AttentionShape):
+        super().__init__(options, shape)
+        size = options.conv_kernel_size
+        self.conv = (
+            nn.Conv2d(shape.num_heads, shape.num_heads, (size, 1), padding=(size // 2, 0),
+                      bias=False, groups=shape.num_heads)
+            if size else None
+        )
+
+    def attend(self, q, k, v, key_padding_mask, scaling):
+        with torch.autocast(q.device.type, enabled=False):  # autocast would undo the fp32 upcast
+            dtype = compute_dtype(q)  # softmax, pseudo-inverse and segment sums in fp32 for fp16 / bf16
+            q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
+            opts = self.options
+            out = nystrom_attention(q, k, v, key_padding_mask, scaling, opts.num_landmarks, opts.pinv_iterations)
+            if self.conv is not None:
+                if key_padding_mask is not None:  # padded values must not leak into the convolution
+                    v = v * key_padding_mask[:, None, :, None].to(dtype)
+                weight = self.conv.weight.to(dtype)
+                out = out + F.conv2d(v, weight, padding=self.conv.padding, groups=self.conv.groups)
+            return out

@@ -1,0 +1,239 @@
+"""Skeinformer and V-Mean (seed 000: Chen, Zeng et al., "Sketching as a Tool for Understanding and
+Accelerating Self-attention for Long Sequences", NAACL 2022).
+
+``skeinformer`` is Algorithm 1. With B = D^-1 A = softmax(Q K^T s) and d = ``num_samples``:
+
+1-3. pilot sampling: d query rows J drawn uniformly with replacement among the real tokens, their
+     exact attention rows B_J (padded columns 0, section 4.4);
+4.   column probabilities of eq. (5): p_i ∝ (sum_k b_{j_k i}^2)^(1/2) ||V_i||, 0 for padded keys;
+5-7. d columns J' drawn with these probabilities *without* replacement, A^{J'} = exp(Q K_{J'}^T s);
+8-11. adaptive row normalisation, eq. (6): every un-selected entry of a row is replaced by the
+     geometric mean g_i of its selected entries, so
+        R_i = (sum_k a_{ij'_k} V_{j'_k} + g_i sum_{j not in J'} V_j) / (sum_k a_{ij'_k} + (m - d) g_i)
+     with m the number of real tokens (section 4.4: the normalisation counts only real tokens);
+12.  pilot sampling reutilisation: the rows J of R are replaced by the exact B_J V.
+
+Table 1 ablations (section 6.2) are options: ``column_sampling="uniform"`` ("w/o column
+sampling"), ``row_normalization="simple"`` (softmax over the sampled columns only, the
+normalisation of Informer; "w/ simple row normalization"), ``row_normalization="none"``
+(D^-1 A S S^T V of section 4.1 with the exact D; "w/o row normalization"), ``pilot_reuse=False``
+("w/o pilot sampling reutilization"). In the official code every ablation model also drops the
+pilot reutilisation; to reproduce those exact models set ``pilot_reuse=False`` as well.
+
+Choices where the paper is vague:
+- Sampling without replacement (line 5) is done by Gumbel top-k (keys log p_i + Gumbel noise), which
+  draws the same distribution as successive draws proportional to p; columns are drawn per
+  (batch, head), pilot rows too. Pilot size = d, as in Algorithm 1 and the official code.
+- ``row_normalization="none"``: D^-1 A S S^T V with S of Definition 3.1, i.e. sampled column j
+  weighted by 1/(d p_j) (the official ablation drops this weight), and the exact row sums D, which
+  cost O(n^2) (the official ablation computes them densely too). When every real column is drawn
+  the weights are 1, so the estimate is exact.
+- Exactness limit: when d >= m every real column is drawn, m - d = 0 and all three normalisations
+  give exact softmax attention; when d >= n (no sampling possible) we compute exact attention
+  directly. (The official code instead caps d at m - 1.)
+- Rows use a max-shift (exp(L - max_k L_ik)); R_i is invariant to it. The sampling
+  probabilities and draws carry no gradient; everything computed from the drawn rows and columns
+  (A^{J'}, g, d, and B_J V of line 12) does.
+
+Not padding invariant: the random draws (Gumbel noise over the n columns) depend on the padded
+length n, so appending padding changes which columns are sampled.
+
+``vmean`` (section 5, Figure 1; Table 1 "V-Mean") outputs (1/m) 1 1^T V: the mean of the real
+value rows for every query.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from ..registry import register_method
+from .base import AttentionMethod, MethodOptions, check_choice, check_int, compute_dtype
+
+
+def real_mask(key_padding_mask: torch.Tensor | None, batch: int, seq_len: int, device: torch.device) -> torch.Tensor:
+    """Bool (B, N), True for real tokens (all True when there is no padding)."""
+    if key_padding_mask is None:
+        return torch.ones(batch, seq_len, dtype=torch.bool, device=device)
+    return key_padding_mask
+
+
+def uniform_real_positions(uniform: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
+    """Map uniforms in [0, 1) of shape (B, ...) to positions of real tokens, uniformly: the
+    floor(u * m)-th real token of each sequence (any padding side)."""
+    batch = real.shape[0]
+    lengths = real.sum(-1).view(batch, *([1] * (uniform.dim() - 1)))
+    rank = torch.minimum((uniform * lengths).long(), (lengths - 1).clamp(min=0))
+    positions = torch.argsort((~real).to(torch.uint8), dim=-1, stable=True)  # real tokens first
+    return positions.gather(1, rank.reshape(batch, -1)).view(rank.shape)
+
+
+def value_mean(v: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
+    """Mean of the real value rows, (B, H, 1, D)."""
+    weights = real[:, None, :, None].to(v.dtype)
+    return (v * weights).sum(2, keepdim=True) / weights.sum(2, keepdim=True).clamp(min=1)
+
+
+def masked_softmax_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, real: torch.Tensor, scaling: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Exact rows softmax(q K^T s) over the real keys and their outputs: (weights, weights @ v)."""
+    scores = (q * scaling) @ k.transpose(-1, -2)
+    if not bool(real.all()):
+        scores = scores.masked_fill(~real[:, None, None, :], torch.finfo(q.dtype).min)
+    weights = scores.softmax(-1)
+    return weights, weights @ v
+
+
+def column_probabilities(pilot_rows: torch.Tensor, v: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
+    """Eq. (5): p_i ∝ (sum_k b_{j_k i}^2)^(1/2) ||V_i|| from the pilot rows B_J (B, H, d, N);
+    padded columns get 0 (section 4.4). Returns (B, H, N), summing to 1 over the real columns."""
+    scores = pilot_rows.square().sum(-2).sqrt() * v.norm(dim=-1) * real[:, None, :]
+    return scores / scores.sum(-1, keepdim=True).clamp(min=torch.finfo(scores.dtype).tiny)
+
+
+def sample_without_replacement(
+    probs: torch.Tensor, real: torch.Tensor, num: int, generator: torch.Generator | None
+) -> torch.Tensor:
+    """``num`` column indices (B, H, num) drawn without replacement with probabilities ``probs``
+    (B, H, N) by Gumbel top-k; real columns always rank before padded ones, so a sequence with
+    m <= num real tokens gets all of them."""
+    tiny = torch.finfo(probs.dtype).tiny
+    uniform = torch.rand(probs.shape, generator=generator, device=probs.device, dtype=probs.dtype)
+    gumbel = -torch.log(-torch.log(uniform.clamp(min=tiny)))
+    keys = (probs.clamp(min=tiny).log() + gumbel).masked_fill(~real[:, None, :], float("-inf"))
+    return keys.topk(num, dim=-1).indices
+
+
+def gather_rows(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """Rows ``index`` (B, H, d) of x (B, H, N, D): (B, H, d, D)."""
+    return x.gather(2, index[..., None].expand(-1, -1, -1, x.shape[-1]))
+
+
+@dataclass
+class SkeinformerOptions(MethodOptions):
+    # d of Algorithm 1; Appendix A.1: "256 as the number of features in Skeinformer"
+    num_samples: int = 256
+    # section 4.1 (eq. 5) "importance"; Table 1 "w/o column sampling" = "uniform"
+    column_sampling: str = "importance"
+    # section 4.2 (eq. 6) "adaptive"; Table 1 "w/ simple row normalization" = "simple",
+    # "w/o row normalization" = "none"
+    row_normalization: str = "adaptive"
+    # section 4.3 (Algorithm 1 line 12); Table 1 "w/o pilot sampling reutilization" = False
+    pilot_reuse: bool = True
+    seed: int = 0
+
+    def validate(self) -> None:
+        check_int("num_samples", self.num_samples, 1)
+        check_choice("column_sampling", self.column_sampling, ["importance", "uniform"])
+        check_choice("row_normalization", self.row_normalization, ["adaptive", "simple", "none"])
+        if not isinstance(self.pilot_reuse, bool):
+            raise ValueError(f"option 'pilot_reuse' must be True or False, got {self.pilot_reuse!r}")
+        check_int("seed", self.seed, 0)
+
+
+def skeinformer_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    real: torch.Tensor,
+    scaling: float,
+    options: SkeinformerOptions,
+    generator: torch.Generator | None,
+) -> torch.Tensor:
+    """Algorithm 1 on (B, H, N, D) inputs in a float dtype; ``real`` (B, N) marks real tokens."""
+    batch, heads, seq_len, _ = q.shape
+    num = options.num_samples
+    lengths = real.sum(-1)[:, None, None]  # m, (B, 1, 1)
+
+    # lines 1-3: pilot sampling, uniform with replacement among the real queries
+    if options.pilot_reuse or options.column_sampling == "importance":
+        uniform = torch.rand(batch, heads, num, generator=generator, device=q.device)
+        pilot_index = uniform_real_positions(uniform, real)
+        pilot_rows, pilot_out = masked_softmax_attention(gather_rows(q, pilot_index), k, v, real, scaling)
+
+    # lines 4-5: column probabilities and sampling without replacement
+    with torch.no_grad():
+        if options.column_sampling == "importance":
+            probs = column_probabilities(pilot_rows, v, real)
+        else:
+            probs = (real[:, None, :] / lengths).to(q.dtype).expand(batch, heads, seq_len)
+        columns = sample_without_replacement(probs, real, num, generator)
+    valid = real[:, None, :].expand(batch, heads, seq_len).gather(-1, columns)[:, :, None, :]  # (B, H, 1, d)
+    num_valid = valid.sum(-1, keepdim=True)  # d per sequence: min(num, m)
+    k_cols, v_cols = gather_rows(k, columns), gather_rows(v, columns) * valid.mT
+
+    # lines 6-7: the sampled columns of A (shifted by the row max of the sampled logits)
+    logits = (q * scaling) @ k_cols.transpose(-1, -2)  # (B, H, N, d)
+    masked = logits  # padded draws (sequences with m < d) masked: exp(masked - shift) = 0 there
+    if not bool(valid.all()):
+        masked = logits.masked_fill(~valid, torch.finfo(q.dtype).min)
+    if options.row_normalization == "adaptive":  # lines 8-11, eq. (6)
+        # R_i is invariant to a per-row shift; 0 for a sequence without real tokens keeps it finite
+        shift = torch.where(num_valid > 0, masked.amax(-1, keepdim=True), 0.0).detach()
+        sampled = (masked - shift).exp()
+        # log g_i = mean_k of the valid logits = q_i . (mean of the drawn real keys) s
+        mean_key = (k_cols * valid.mT).sum(2, keepdim=True) / num_valid.mT.clamp(min=1)
+        geo_mean = ((q * scaling) @ mean_key.mT - shift).exp()  # g
+        real_v_sum = (v * real[:, None, :, None]).sum(2, keepdim=True)
+        unselected_v = real_v_sum - v_cols.sum(2, keepdim=True)  # V_{(J')^c}^T 1
+        numerator = sampled @ v_cols + geo_mean * unselected_v
+        denominator = sampled.sum(-1, keepdim=True) + (lengths[..., None] - num_valid) * geo_mean
+        out = numerator / denominator.clamp(min=torch.finfo(q.dtype).tiny)
+    elif options.row_normalization == "simple":  # softmax over the sampled columns (Informer)
+        out = masked.softmax(-1) @ v_cols
+    else:  # D^-1 A S S^T V with the exact row sums D and the 1/(d p_j) weights of Definition 3.1
+        scores = (q @ k.transpose(-1, -2) * scaling).masked_fill(~real[:, None, None, :], torch.finfo(q.dtype).min)
+        sampled = (masked - scores.logsumexp(-1, keepdim=True)).exp()
+        all_drawn = num_valid >= lengths[..., None]
+        drawn_probs = probs.gather(-1, columns)[:, :, None, :].clamp(min=torch.finfo(q.dtype).tiny)
+        weights = torch.where(all_drawn, 1.0, 1.0 / (num_valid * drawn_probs))
+        out = (sampled * weights) @ v_cols
+
+    if options.pilot_reuse:  # line 12: the pilot rows' exact outputs
+        out = out.scatter(2, pilot_index[..., None].expand_as(pilot_out), pilot_out)
+    return out
+
+
+@register_method
+class Skeinformer(AttentionMethod):
+    """Algorithm 1 of seed 000: pilot sampling, eq. (5) column importance sampling, eq. (6)
+    adaptive row normalisation, pilot sampling reutilisation."""
+
+    name = "skeinformer"
+    options_cls = SkeinformerOptions
+    samples = True
+    padding_invariant = False  # the column draws (Gumbel noise over n columns) depend on n
+
+    def attend(self, q, k, v, key_padding_mask, scaling):
+        dtype = compute_dtype(q)
+        q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
+        batch, _, seq_len, _ = q.shape
+        if self.options.num_samples >= seq_len:  # every column is drawn: exact softmax attention
+            mask = None if key_padding_mask is None else key_padding_mask[:, None, None, :]
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scaling)
+        real = real_mask(key_padding_mask, batch, seq_len, q.device)
+        return skeinformer_attention(q, k, v, real, scaling, self.options, self.generator(q.device))
+
+
+@dataclass
+class VMeanOptions(MethodOptions):
+    """V-Mean has no options."""
+
+
+@register_method
+class VMean(AttentionMethod):
+    """(1/m) 1 1^T V (seed 000, section 5): every query outputs the mean of the real value rows."""
+
+    name = "vmean"
+    options_cls = VMeanOptions
+
+    def attend(self, q, k, v, key_padding_mask, scaling):
+        batch, _, seq_len, _ = q.shape
+        real = real_mask(key_padding_mask, batch, seq_len, q.device)
+        out = value_mean(v.to(compute_dtype(v)), real).expand_as(v)
+        # the output does not depend on q and k; link them with weight 0 so that they get a zero
+        # gradient rather than none (the method contract expects gradients for q, k and v)
+        return out + 0.0 * (q.sum() + k.sum())

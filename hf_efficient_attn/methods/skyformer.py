@@ -1,0 +1,226 @@
+"""Kernelized attention and Skyformer (seed 002: Chen et al., "Skyformer: Remodel Self-Attention
+with Gaussian Kernel and Nystrom Method", NeurIPS 2021).
+
+``kernelized`` (section 4.1, eq. 3) replaces softmax by a Gaussian kernel::
+
+    out = C V,   C = kappa(Q / p^(1/4), K / p^(1/4)),   kappa(x, y) = exp(-|x - y|^2 / 2)
+
+C is not row-normalised: section 4.1 calls the form D_Q^(-1/2) A D_K^(-1/2) V an "automatic
+normalization" and the official ``SoftmaxAttention_RBF`` divides by nothing, so neither do we.
+p^(-1/4) is applied as sqrt(scaling), which is p^(-1/4) for the usual scaling 1/sqrt(p) (Lemma 1
+relates exp(q.k / sqrt(p)) to this kernel; a model with another softmax scaling keeps that link).
+
+``skyformer`` (section 4.2) approximates C by the Nystrom method on the PSD completion
+C_bar = kappa([Q; K], [Q; K]) of eq. (4), with a 2n x d sub-sampling matrix S (eqs. 5-6)::
+
+    C ~ C_bar[Q rows] S (S^T C_bar S)^+ S^T C_bar[K columns]                      # O(n d)
+
+- Landmarks (section 3.2, Definition 1; official ``uniform_sketching``): i.i.d. uniform draws
+  with replacement, the first half from the real queries, the second half from the real keys
+  (Definition 1 draws over all 2n rows; half and half is what it gives in expectation and what
+  the official code does). One uniform vector is shared by the batch and mapped onto each
+  sequence's real tokens, so a sequence's landmarks depend neither on padding nor on the other
+  sequences of its batch.
+- ``accumulation`` (official option; the "accumulation of projections" sketches of Chen & Yang
+  2021a cited by the paper): each of the d columns of S sums ``accumulation`` such indicator
+  vectors instead of one. The columns are unscaled indicators, as in the official code (the
+  sqrt(1/d) of Definition 1 cancels in eq. 5 and only rescales gamma).
+- Section 4.4: the inverse is taken by the iterative method of Nystromformer
+  (``iterative_pinv``) on N = D^(-1/2) (M + gamma I) D^(-1/2), M = S^T C_bar S,
+  D = diag((M + gamma I) 1), whose singular values lie in (0, 1] (Lemma 3); then
+  (M + gamma I)^(-1) ~ D^(-1/2) N^+ D^(-1/2).
+- Padding: landmarks are real tokens only and the rows of padded keys in C_bar S are zeroed, so
+  padded keys get no weight and appending padding changes no real output.
+
+Exactness limit: if S draws every one of the 2n points (point i c_i >= 1 times) and the
+pseudo-inverse has converged, eq. (5) with gamma gives C_bar (C_bar + gamma diag(c)^-1)^-1 C_bar,
+which is C_bar for gamma -> 0 and tends to it as the counts grow; so ``skyformer`` ->
+``kernelized`` as d grows (with enough ``pinv_iterations``: six leave the small eigenvalues of N
+under-inverted, which the method accepts as extra regularisation).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from ..registry import register_method
+from .base import AttentionMethod, MethodOptions, check_int, check_positive, compute_dtype, pad_to_multiple
+from .nystromformer import iterative_pinv
+
+
+def gaussian_kernel(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """kappa(x_i, y_j) = exp(-|x_i - y_j|^2 / 2) for x (..., n, D), y (..., m, D): (..., n, m)."""
+    exponent = x @ y.transpose(-1, -2) - x.square().sum(-1)[..., :, None] / 2 - y.square().sum(-1)[..., None, :] / 2
+    return exponent.clamp(max=0).exp()  # the exponent is -|x - y|^2 / 2 <= 0 up to rounding
+
+
+def kernelized_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_padding_mask: torch.Tensor | None, data_scale: float
+) -> torch.Tensor:
+    """kappa(Q s, K s) V with s = data_scale (p^(-1/4)); padded keys get weight 0. O(n^2) work.
+
+    Computed by ``scaled_dot_product_attention`` (fused kernels where available) on
+    augmented vectors x' = [x, |x|^2/2, 1], y' = [y, 0, -|y|^2/2] (x = q s, y = k s), whose dot
+    product is x.y - |y|^2/2, plus one extra key [0, 1, 0] with score |x|^2/2 and value
+    [0, 1]. Since x.y - |y|^2/2 - |x|^2/2 = -|x - y|^2/2, softmax gives the real keys the weights
+    kappa(x, y_j) / (1 + sum_j kappa(x, y_j)) and the extra key 1 / (1 + sum_j kappa(x, y_j)); the
+    ratio of the two output parts is sum_j kappa(x, y_j) v_j. The extra key holds the largest
+    score of every row, so the softmax is well scaled, and the divisor lies in [1/(n+1), 1].
+    """
+    batch, heads = q.shape[:2]
+    x, y = q * data_scale, k * data_scale
+    half_sq_x, half_sq_y = x.square().sum(-1, keepdim=True) / 2, y.square().sum(-1, keepdim=True) / 2
+    queries = torch.cat([x, half_sq_x, torch.ones_like(half_sq_x)], -1)
+    keys = torch.cat([y, torch.zeros_like(half_sq_y), -half_sq_y], -1)
+    values = torch.cat([v, torch.zeros_like(v[..., :1])], -1)
+    extra_key = keys.new_zeros(batch, heads, 1, keys.shape[-1])
+    extra_key[..., -2] = 1.0
+    extra_value = values.new_zeros(batch, heads, 1, values.shape[-1])
+    extra_value[..., -1] = 1.0
+    keys, values = torch.cat([keys, extra_key], 2), torch.cat([values, extra_value], 2)
+    # zero columns up to a multiple of 8 change no dot product and keep the fused kernels usable
+    queries, keys, values = (pad_to_multiple(t, 8, dim=-1) for t in (queries, keys, values))
+    mask = None
+    if key_padding_mask is not None:
+        mask = torch.cat([key_padding_mask, key_padding_mask.new_ones(batch, 1)], -1)[:, None, None, :]
+    out = F.scaled_dot_product_attention(queries, keys, values, attn_mask=mask, scale=1.0)
+    return out[..., : v.shape[-1]] / out[..., v.shape[-1] : v.shape[-1] + 1]
+
+
+def sample_landmarks(
+    key_padding_mask: torch.Tensor | None,
+    shape: tuple[int, int],
+    num_landmarks: int,
+    accumulation: int,
+    generator: torch.Generator | None,
+    device: torch.device,
+) -> torch.Tensor:
+    """Indices (B, accumulation, num_landmarks) into the rows of [Q; K] (0..2N-1), drawn
+    uniformly from the real tokens: the first half of the accumulation * num_landmarks draws
+    (in row-major order, as the official code) from the queries, the rest from the keys."""
+    batch, seq_len = shape
+    total = accumulation * num_landmarks
+    uniform = torch.rand(total, generator=generator, device=device, dtype=torch.float64)
+    if key_padding_mask is None:
+        lengths = torch.full((batch, 1), seq_len, device=device)
+        positions = torch.arange(seq_len, device=device).expand(batch, seq_len)
+    else:
+        lengths = key_padding_mask.sum(-1, keepdim=True)
+        # positions of the real tokens, in order, first (works for any padding side)
+        positions = torch.argsort((~key_padding_mask).to(torch.uint8), dim=-1, stable=True)
+    rank = torch.minimum((uniform * lengths).long(), (lengths - 1).clamp(min=0))  # rank among real tokens
+    index = positions.gather(1, rank)
+    index[:, total // 2 :] += seq_len  # key rows of [Q; K]
+    return index.view(batch, accumulation, num_landmarks)
+
+
+def skyformer_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    key_padding_mask: torch.Tensor | None,
+    landmarks: torch.Tensor,
+    data_scale: float,
+    gamma: float,
+    pinv_iterations: int,
+) -> torch.Tensor:
+    """Modified Nystrom approximation of ``kernelized_attention`` (eqs. 4-6, section 4.4).
+
+    ``landmarks``: (B, accumulation, d) row indices of [Q; K]; column j of S is the sum of the
+    indicators of ``landmarks[:, :, j]``.
+    """
+    batch, heads, seq_len, dim = q.shape
+    accumulation, num_landmarks = landmarks.shape[1:]
+    points = torch.cat([q, k], dim=2) * data_scale  # rows of the completion, eq. (4)
+    index = landmarks.reshape(batch, 1, -1, 1).expand(batch, heads, accumulation * num_landmarks, dim)
+    chosen = points.gather(2, index)  # (B, H, acc * d, D)
+
+    def sketch(x: torch.Tensor) -> torch.Tensor:  # kappa(x, landmarks) S: sums over accumulation
+        return gaussian_kernel(x, chosen).unflatten(-1, (accumulation, num_landmarks)).sum(-2)
+
+    query_sketch = sketch(points[:, :, :seq_len])  # C_bar[Q rows] S, (B, H, N, d)
+    key_sketch = sketch(points[:, :, seq_len:])  # C_bar[K rows] S
+    if key_padding_mask is not None:
+        key_sketch = key_sketch * key_padding_mask[:, None, :, None].to(key_sketch.dtype)
+    middle = sketch(chosen).unflatten(-2, (accumulation, num_landmarks)).sum(-3)  # S^T C_bar S, (B, H, d, d)
+
+    # Section 4.4: pseudo-inverse of D^-1/2 (M + gamma I) D^-1/2, D = diag((M + gamma I) 1).
+    middle = middle + gamma * torch.eye(num_landmarks, dtype=middle.dtype, device=middle.device)
+    d_inv_sqrt = middle.sum(-1).rsqrt()  # row sums >= 1 + gamma (each diagonal entry >= 1)
+    normalised = d_inv_sqrt[..., :, None] * middle * d_inv_sqrt[..., None, :]
+    inverse = d_inv_sqrt[..., :, None] * iterative_pinv(normalised, pinv_iterations) * d_inv_sqrt[..., None, :]
+    return query_sketch @ (inverse @ (key_sketch.transpose(-1, -2) @ v))
+
+
+@dataclass
+class KernelizedOptions(MethodOptions):
+    """Exact kernelized attention (seed 002, eq. 3) has no options."""
+
+
+@dataclass
+class SkyformerOptions(MethodOptions):
+    # d, the columns of S (the paper's and official code's nb_features). Seed 002, section 5,
+    # Implementation Details: "we control the number of features to be 128 used in all methods".
+    num_landmarks: int = 128
+    # Indicator vectors summed per column of S; 1 in every official LRA config.
+    accumulation: int = 1
+    # Section 4.4: "gamma > 0 is a small constant"; the official code adds 1e-1 * I.
+    gamma: float = 0.1
+    # Section 4.4 adopts Nystromformer's iterative inverse; the official code runs 6 iterations.
+    pinv_iterations: int = 6
+    # Seeds the landmarks in eval mode (layer i uses seed + 1000 * i); training draws fresh ones.
+    seed: int = 0
+
+    def validate(self) -> None:
+        check_int("num_landmarks", self.num_landmarks, 1)
+        check_int("accumulation", self.accumulation, 1)
+        check_positive("gamma", self.gamma)
+        check_int("pinv_iterations", self.pinv_iterations, 0)
+        check_int("seed", self.seed, 0)
+
+
+class _GaussianKernelMethod(AttentionMethod):
+    """Shared plumbing: fp32 compute for half inputs, autocast off, data scale sqrt(scaling)."""
+
+    approximates_softmax = False  # Gaussian kernel, not softmax (section 4.1)
+
+    def attend(self, q, k, v, key_padding_mask, scaling):
+        with torch.autocast(q.device.type, enabled=False):  # autocast would undo the fp32 upcast
+            dtype = compute_dtype(q)  # exponentials, sums and the inverse in fp32 for fp16 / bf16
+            return self.gaussian_attend(q.to(dtype), k.to(dtype), v.to(dtype), key_padding_mask, scaling**0.5)
+
+    def gaussian_attend(self, q, k, v, key_padding_mask, data_scale):
+        raise NotImplementedError
+
+
+@register_method
+class KernelizedAttention(_GaussianKernelMethod):
+    """kappa(Q / p^(1/4), K / p^(1/4)) V, exactly (seed 002, eq. 3; quadratic)."""
+
+    name = "kernelized"
+    options_cls = KernelizedOptions
+
+    def gaussian_attend(self, q, k, v, key_padding_mask, data_scale):
+        return kernelized_attention(q, k, v, key_padding_mask, data_scale)
+
+
+@register_method
+class Skyformer(_GaussianKernelMethod):
+    """Modified Nystrom approximation of kernelized attention with d sampled landmarks (seed 002)."""
+
+    name = "skyformer"
+    options_cls = SkyformerOptions
+    samples = True  # fresh landmarks every training step, seeded ones in eval
+
+    def gaussian_attend(self, q, k, v, key_padding_mask, data_scale):
+        opts = self.options
+        landmarks = sample_landmarks(
+            key_padding_mask, (q.shape[0], q.shape[2]), opts.num_landmarks, opts.accumulation,
+            self.generator(q.device), q.device,
+        )
+        return skyformer_attention(
+            q, k, v, key_padding_mask, landmarks, data_scale, opts.gamma, opts.pinv_iterations
+        )

@@ -1,0 +1,448 @@
+"""YOSO: attention by LSH Bernoulli sampling (Zeng et al., "You Only Sample (Almost) Once", ICML 2021).
+
+Seed 001 is the paper's appendix; sections below are its sections. Queries and keys are
+l2-normalised (section 1.1 assumes unit norms), and the weight of a query-key pair is the
+probability that a tau-bit hyperplane hash puts both in the same bucket (section 1.2)::
+
+    B(q, k) = (1 - arccos(q.k) / pi) ** tau
+    Y_i = sum_j B(q_i, k_j) V_j                               # section 1.3, first display
+
+- ``yoso`` samples Y with m hashes: each hash puts every key into one of 2**tau buckets, sums the
+  values per bucket and hands every query the sum of its bucket; the m results are averaged. This
+  is unbiased and linear in n: O(n m tau d) for Gaussian hashes (O(n m tau log d) with the fast
+  hash), O(n m d) for the bucket sums.
+- ``yoso_e`` computes Y exactly (quadratic; the paper's YOSO-E).
+
+Backward. Section 1.3 eq. (3) replaces dB/dx = tau (1 - arccos(x)/pi)^(tau-1) / (pi sqrt(1-x^2)),
+which is unbounded at x = 1, by the lower bound (tau/2) B(x)::
+
+    dQ = ((dY V^T) * tau/2 B(Q K^T)) K,   dK = ((dY V^T) * tau/2 B(Q K^T))^T Q,   dV = B^T dY
+
+``yoso`` estimates all three with the forward's own hashes (B_ij replaced by the fraction of the
+m hashes in which q_i and k_j collide). For every bucket of every hash it takes the cheaper of
+the two procedures of section 1.4: visit the colliding pairs (O(nnz d), sparse products), or
+the main text's bucket sums of outer products V_j K_j^T (O(n d^2), as two small matrix
+products), so the backward is O(min(n m d^2, nnz (m + d))) as section 1.4 suggests. ``yoso_e`` uses
+eq. (3) by default, so that it is the m -> infinity limit of ``yoso`` in both passes (as the
+official YOSO-E and Transformers' ``YosoCumulation``); ``gradient="exact"`` gives eq. (2), with
+the small eps under the square root of section 1.4.
+
+Output (our choice, from the official code and Transformers' YosoSelfAttention, the appendix
+does not say): every output row is l2-normalised. B does not sum to one over the keys, so the
+output needs a scale; the l2 norm needs no second bucket sum and stays defined when a query
+collides with no key (dividing by the sampled sum of weights would divide by zero there).
+With ``conv_window`` (the paper's YOSO-C) a depthwise convolution over the sequence of the values
+is added to the normalised output, as in the official code.
+
+Padding: padded keys and queries get bucket ids that collide with nothing (no bucket sum
+sees a padded value) and zero weight in ``yoso_e``; the random projections depend only on
+(heads, d, m, tau), so appending padding changes no real output.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..registry import register_method
+from .base import AttentionMethod, AttentionShape, MethodOptions, check_choice, check_int, compute_dtype
+
+#: eps under the square root of eq. (2) for ``gradient="exact"`` (section 1.4 adds "a small eps to
+#: avoid a divide by zero error" without a value): caps the derivative at x = +-1 at
+#: tau / (pi * 1e-3) instead of infinity.
+EXACT_GRADIENT_EPS = 1e-6
+#: Smallest size of a fast-hash block. The official code zero-pads head_dim < 32 to 32 (its warp
+#: size) before hashing; we keep that floor because H D3 H D2 H D1 is a poor random rotation in very
+#: few dimensions (measured: bit collision rates off by up to 0.04 at D = 8, noise level at D >= 32).
+MIN_HADAMARD_SIZE = 32
+#: Largest tau for ``yoso``: codes are packed from bits exactly in fp32 (see _bits_to_codes).
+MAX_HASH_CODE_LEN = 24
+GRADIENTS = ("lower_bound", "exact")
+
+
+def _check_conv_window(window: object) -> None:
+    if window is None or (window == 0 and not isinstance(window, bool)):
+        return
+    if isinstance(window, bool) or not isinstance(window, int) or window < 1 or window % 2 == 0:
+        raise ValueError(f"option 'conv_window' must be a positive odd integer, or None / 0 for off; got {window!r}")
+
+
+@dataclass
+class YosoEOptions(MethodOptions):
+    # tau. Official BERT configs (mlpen/YOSO BERT/models/yoso-v1-32-small, yoso-v2-32-small):
+    # hash_code_len 9 for the 512-token BERT experiments of Table 3 (LRA configs use 10-12).
+    hash_code_len: int = 9
+    # Depthwise convolution window over the sequence (YOSO-C); None or 0 = off (official code:
+    # only when "conv_window" is in the config). Must be odd, so the output keeps length n.
+    conv_window: int | None = None
+    # "lower_bound": eq. (3) (official YOSO-E); "exact": eq. (2) with EXACT_GRADIENT_EPS.
+    gradient: str = "lower_bound"
+
+    def validate(self) -> None:
+        check_int("hash_code_len", self.hash_code_len, 1)
+        _check_conv_window(self.conv_window)
+        check_choice("gradient", self.gradient, GRADIENTS)
+
+
+@dataclass
+class YosoOptions(MethodOptions):
+    # tau: as YosoEOptions (official BERT configs: 9).
+    hash_code_len: int = 9
+    # m: YOSO-32 in appendix Tables 1-3 and the official BERT configs (num_hash 32).
+    num_hash: int = 32
+    # Section 1.2: projections H D3 H D2 H D1 (Andoni et al. 2015) instead of Gaussian ones;
+    # the official configs set use_fast_hash true.
+    use_fast_hash: bool = True
+    # As YosoEOptions.conv_window.
+    conv_window: int | None = None
+    # Seeds the hashes in eval mode (layer i uses seed + 1000 * i); training draws fresh ones.
+    seed: int = 0
+
+    def validate(self) -> None:
+        check_int("hash_code_len", self.hash_code_len, 1, MAX_HASH_CODE_LEN)
+        check_int("num_hash", self.num_hash, 1)
+        if not isinstance(self.use_fast_hash, bool):
+            raise ValueError(f"option 'use_fast_hash' must be True or False, got {self.use_fast_hash!r}")
+        _check_conv_window(self.conv_window)
+        check_int("seed", self.seed, 0)
+
+
+# ----------------------------------------------------------------------------- hashing
+
+
+def fwht_(x: torch.Tensor) -> torch.Tensor:
+    """In place: the unnormalised fast Walsh-Hadamard transform of the last dim (a power of two),
+    x <- x @ H with H the Sylvester Hadamard matrix; log2(D) butterfly passes, O(D log D) per
+    vector and no extra memory. ``x`` must be contiguous."""
+    size = x.shape[-1]
+    if size & (size - 1) or not x.is_contiguous():
+        raise ValueError(f"fwht_ needs a contiguous tensor with a power-of-two last dim, got {tuple(x.shape)}")
+    half = 1
+    while half < size:  # butterflies (a, b) -> (a + b, a - b) on entries `half` apart
+        pairs = x.view(*x.shape[:-1], size // (2 * half), 2, half)
+        a, b = pairs[..., 0, :], pairs[..., 1, :]
+        a.add_(b)
+        torch.sub(a, b, alpha=2, out=b)  # (a + b) - 2 b = a - b
+        half *= 2
+    return x
+
+
+def _bits_to_codes(bits: torch.Tensor) -> torch.Tensor:
+    """(..., m, tau) bools -> (..., m) int64 bucket ids in [0, 2**tau) (bit b has weight 2**b;
+    the fp32 product is exact for tau <= 24)."""
+    powers = 2.0 ** torch.arange(bits.shape[-1], device=bits.device)
+    return (bits.float() @ powers).long()
+
+
+def draw_hyperplanes(
+    num_heads: int, dim: int, num_hash: int, hash_code_len: int,
+    generator: torch.Generator | None = None, device: torch.device | str | None = None,
+) -> torch.Tensor:
+    """P with P_ij ~ N(0, 1), one (dim, m * tau) matrix per head (section 1.2, F(x) = sign(P x))."""
+    return torch.randn(num_heads, dim, num_hash * hash_code_len, generator=generator, device=device)
+
+
+def hyperplane_codes(x: torch.Tensor, planes: torch.Tensor, hash_code_len: int) -> torch.Tensor:
+    """(B, H, N, d) vectors, (H, d, m * tau) planes -> (B, H, N, m) codes: m * tau sign bits
+    split into m tau-bit codes (section 1.2)."""
+    bits = (x @ planes.to(x.dtype)) > 0
+    return _bits_to_codes(bits.unflatten(-1, (-1, hash_code_len)))
+
+
+def _hadamard_layout(dim: int, num_hash: int, hash_code_len: int) -> tuple[int, int, int]:
+    """(D, codes per block, blocks): d is zero-padded to a power of two D >= d, tau and
+    MIN_HADAMARD_SIZE; every block of D projected coordinates holds D // tau whole codes (a code
+    never straddles two blocks, as in the official kernel), and enough blocks for m codes."""
+    size = 1 << (max(dim, hash_code_len, MIN_HADAMARD_SIZE) - 1).bit_length()
+    per_block = size // hash_code_len
+    return size, per_block, math.ceil(num_hash / per_block)
+
+
+def draw_hadamard_signs(
+    num_heads: int, dim: int, num_hash: int, hash_code_len: int,
+    generator: torch.Generator | None = None, device: torch.device | str | None = None,
+) -> torch.Tensor:
+    """Diagonals of D1, D2, D3 (entries uniform in {-1, +1}) for every block: (H, 3, blocks, D)."""
+    size, _, blocks = _hadamard_layout(dim, num_hash, hash_code_len)
+    signs = torch.randint(0, 2, (num_heads, 3, blocks, size), generator=generator, device=device)
+    return signs.float() * 2 - 1
+
+
+def hadamard_codes(x: torch.Tensor, signs: torch.Tensor, num_hash: int, hash_code_len: int) -> torch.Tensor:
+    """Section 1.2 fast hash: sign(H D3 H D2 H D1 x) per block, concatenated, split into m codes.
+    (B, H, N, d) -> (B, H, N, m); O(d log d) per block instead of O(d * D) for a dense projection."""
+    size, per_block, _ = _hadamard_layout(x.shape[-1], num_hash, hash_code_len)
+    signs = signs.to(x.dtype).unsqueeze(1)  # (H, 1, 3, blocks, D): broadcasts over N
+    y = (F.pad(x, (0, size - x.shape[-1])).unsqueeze(-2) * signs[:, :, 0]).contiguous()  # D1 x: (B, H, N, blocks, D)
+    y = fwht_(fwht_(fwht_(y).mul_(signs[:, :, 1])).mul_(signs[:, :, 2]))  # H D3 H D2 H D1 x
+    bits = y[..., : per_block * hash_code_len] > 0
+    bits = bits.reshape(*bits.shape[:-2], -1, hash_code_len)[..., :num_hash, :]
+    return _bits_to_codes(bits)
+
+
+# ----------------------------------------------------------------------------- yoso_e
+
+
+def _collision_weights(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None, hash_code_len: int):
+    """(cosines, B(Q K^T) * key_mask): (B, H, N, N) each; the weights are computed in place (this
+    quadratic path is bound by passes over n^2 elements)."""
+    cosine = (q @ k.transpose(-1, -2)).clamp_(-1.0, 1.0)
+    weights = torch.acos(cosine).mul_(-1 / math.pi).add_(1).pow_(hash_code_len)
+    if mask is not None:
+        weights.mul_(mask.transpose(-1, -2))  # padded keys get no weight
+    return cosine, weights
+
+
+class _ExpectedCollisionAttention(torch.autograd.Function):
+    """Y = (B(Q K^T) * key_mask) V with the backward of eq. (3) (``exact_eps`` None) or eq. (2)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, mask, hash_code_len, exact_eps):
+        ctx.save_for_backward(q, k, v, mask)  # the n^2 weights are recomputed in backward
+        ctx.hash_code_len, ctx.exact_eps = hash_code_len, exact_eps
+        out = _collision_weights(q, k, mask, hash_code_len)[1] @ v
+        return out if mask is None else out * mask  # padded queries: 0, as in the yoso estimate
+
+    @staticmethod
+    def backward(ctx, grad):
+        q, k, v, mask = ctx.saved_tensors
+        tau = ctx.hash_code_len
+        if mask is not None:
+            grad = grad * mask  # padded queries send no gradient
+        cosine, weights = _collision_weights(q, k, mask, tau)
+        grad_v = weights.transpose(-1, -2) @ grad
+        if ctx.exact_eps is None:  # eq. (3): dB/dx replaced by its lower bound tau/2 B
+            slope = weights.mul_(tau / 2)
+        else:  # eq. (2): dB/dx = tau B^((tau-1)/tau) / (pi sqrt(1 - x^2)), eps as in section 1.4
+            slope = weights.pow_((tau - 1) / tau).mul_(tau / math.pi)
+            slope.div_(cosine.square_().neg_().add_(1 + ctx.exact_eps).sqrt_())
+            if mask is not None:  # 0 ** 0 = 1 for tau = 1: mask again
+                slope.mul_(mask.transpose(-1, -2))
+        d_cosine = (grad @ v.transpose(-1, -2)).mul_(slope)
+        return d_cosine @ k, d_cosine.transpose(-1, -2) @ q, grad_v, None, None, None
+
+
+def expected_collision_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, hash_code_len: int,
+    mask: torch.Tensor | None = None, exact_gradient: bool = False,
+) -> torch.Tensor:
+    """sum_j B(q_i, k_j) v_j over real keys, for unit-norm q, k (B, H, N, d); ``mask`` (B, 1, N, 1)
+    float, 1 = real token. Padded queries get 0. Backward: eq. (3), or eq. (2) with ``exact_gradient``."""
+    eps = EXACT_GRADIENT_EPS if exact_gradient else None
+    return _ExpectedCollisionAttention.apply(q, k, v, mask, hash_code_len, eps)
+
+
+# ----------------------------------------------------------------------------- yoso
+
+
+def _bucket_ids(codes: torch.Tensor, num_buckets: int, mask: torch.Tensor | None, padded_id: int) -> torch.Tensor:
+    """(B, H, N, m) codes -> (m, B*H*N) rows of one table shared by all (batch, head) pairs: bucket
+    (b, h, code) is row (b * H + h) * 2**tau + code. Padded tokens go to row ``padded_id``, past
+    the real buckets and different for queries and keys, so they collide with nothing."""
+    batch, heads = codes.shape[:2]
+    offsets = torch.arange(batch * heads, device=codes.device).view(batch, heads, 1, 1) * num_buckets
+    ids = codes + offsets
+    if mask is not None:
+        ids = ids.masked_fill(mask == 0, padded_id)
+    return ids.flatten(0, 2).t().contiguous()
+
+
+def _gather_bucket_sums(rows: torch.Tensor, source_ids: torch.Tensor, target_ids: torch.Tensor, table_rows: int):
+    """For every target, the sum of the source ``rows`` in its bucket (one hash): a scatter-add into
+    the bucket table, then a gather; O(N F)."""
+    table = rows.new_zeros(table_rows, rows.shape[-1]).index_add_(0, source_ids, rows)
+    return table.index_select(0, target_ids)
+
+
+class _Buckets(NamedTuple):
+    """One hash's rows grouped by bucket: ``order`` lists the rows bucket by bucket (stable),
+    bucket b holds order[first[b] : first[b] + counts[b]]."""
+
+    order: torch.Tensor
+    counts: torch.Tensor
+    first: torch.Tensor
+
+
+def _group_by_bucket(ids: torch.Tensor, table_rows: int) -> _Buckets:
+    counts = torch.bincount(ids, minlength=table_rows)
+    return _Buckets(torch.sort(ids, stable=True).indices, counts, torch.cumsum(counts, 0) - counts)
+
+
+def _gemm_buckets(query_counts: torch.Tensor, key_counts: torch.Tensor, dim: int) -> torch.Tensor:
+    """Buckets where two small products through T_b = V_b^T K_b, O((n_q + n_k) d^2), beat visiting
+    the n_q n_k colliding pairs, O(n_q n_k d) (section 1.4's choice, made per bucket)."""
+    return query_counts * key_counts > (query_counts + key_counts) * dim
+
+
+def _pair_weighted_sum(target_ids, sources: _Buckets, source_counts, a, b, c) -> torch.Tensor:
+    """sum over sources j sharing target i's bucket of (a_i . b_j) c_j, visiting only the colliding
+    pairs (section 1.4's sparse procedure): a sparse CSR pattern (targets x sources) built by
+    counting, a sampled dense-dense product (SDDMM) and a sparse-dense product; O(nnz d).
+    ``source_counts`` is ``sources.counts`` with the buckets handled otherwise set to 0."""
+    per_target = source_counts[target_ids]
+    crow = F.pad(torch.cumsum(per_target, 0), (1, 0))
+    rank = torch.arange(int(crow[-1]), device=crow.device) - torch.repeat_interleave(crow[:-1], per_target)
+    cols = sources.order[torch.repeat_interleave(sources.first[target_ids], per_target) + rank]
+    ones = torch.ones(len(cols), dtype=a.dtype, device=a.device)
+    with warnings.catch_warnings():  # "sparse CSR support is in beta state"
+        warnings.simplefilter("ignore", UserWarning)
+        pattern = torch.sparse_csr_tensor(crow, cols, ones, (len(target_ids), len(b)), check_invariants=False)
+        return torch.sparse.sampled_addmm(pattern, a, b.t(), beta=0.0) @ c
+
+
+class _LSHCollisionAttention(torch.autograd.Function):
+    """Hash-estimated Y and the hash estimate of the eq. (3) backward, with the forward's hashes.
+
+    Inputs are flattened to rows (B*H*N, d); ``query_ids`` / ``key_ids`` (m, B*H*N) are bucket
+    rows of a table with ``table_rows`` rows (see _bucket_ids)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, query_ids, key_ids, hash_code_len, table_rows):
+        out = torch.zeros_like(v)
+        for q_ids, k_ids in zip(query_ids, key_ids):
+            out += _gather_bucket_sums(v, k_ids, q_ids, table_rows)
+        ctx.save_for_backward(q, k, v, query_ids, key_ids)
+        ctx.hash_code_len, ctx.table_rows = hash_code_len, table_rows
+        return out / len(query_ids)
+
+    @staticmethod
+    def backward(ctx, grad):
+        q, k, v, query_ids, key_ids = ctx.saved_tensors
+        grad_q, grad_k, grad_v = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+        for q_ids, k_ids in zip(query_ids, key_ids):
+            # dV_j = sum_i B_ij dY_i: the forward's bucket sums with queries and keys swapped.
+            grad_v += _gather_bucket_sums(grad, q_ids, k_ids, ctx.table_rows)
+            # eq. (3) with B_ij replaced by this hash's collision indicator:
+            #   dQ_i += sum_{j ~ i} (dY_i . V_j) K_j,   dK_j += sum_{i ~ j} (dY_i . V_j) Q_i.
+            _add_eq3_terms(q, k, v, grad, q_ids, k_ids, ctx.table_rows, grad_q, grad_k)
+        scale = ctx.hash_code_len / (2 * len(query_ids))  # tau/2 of eq. (3), mean over the m hashes
+        return grad_q * scale, grad_k * scale, grad_v / len(query_ids), None, None, None, None
+
+
+def _add_eq3_terms(q, k, v, grad, query_ids, key_ids, table_rows, grad_q, grad_k) -> None:
+    """One hash's eq. (3) terms, per bucket by the cheaper of section 1.4's two procedures: the
+    colliding pairs of small buckets (O(nnz d)), and for large buckets T_b = V_b^T K_b, the main
+    text's bucket sums of outer products done as matrix products (O(n d^2)). Each bucket costs at
+    most O((n_q + n_k) d^2), so the backward stays linear in n however the hash groups tokens."""
+    queries, keys = _group_by_bucket(query_ids, table_rows), _group_by_bucket(key_ids, table_rows)
+    large = _gemm_buckets(queries.counts, keys.counts, v.shape[-1])
+    grad_q += _pair_weighted_sum(query_ids, keys, keys.counts.masked_fill(large, 0), grad, v, k)
+    grad_k += _pair_weighted_sum(key_ids, queries, queries.counts.masked_fill(large, 0), v, grad, q)
+    spans = [torch.stack([g.first[large], g.counts[large]], 1).tolist() for g in (queries, keys)]
+    for (q_first, q_count), (k_first, k_count) in zip(*spans):
+        i = queries.order[q_first : q_first + q_count]
+        j = keys.order[k_first : k_first + k_count]
+        grad_q.index_add_(0, i, grad[i] @ (v[j].t() @ k[j]))  # dY_i^T T_b with T_b = V_b^T K_b
+        grad_k.index_add_(0, j, v[j] @ (grad[i].t() @ q[i]))
+
+
+def _compact_ids(query_ids: torch.Tensor, key_ids: torch.Tensor, table_rows: int):
+    """Renumber each hash's occupied buckets 0, 1, ... (one sort): a table then needs at most
+    2 B H N rows instead of B H 2**tau + 2, which matters for large tau or short sequences."""
+    num_hash, rows = query_ids.shape
+    hash_offsets = torch.arange(num_hash, device=query_ids.device).view(num_hash, 1) * table_rows
+    unique, inverse = torch.unique(torch.cat([query_ids, key_ids], 1) + hash_offsets, return_inverse=True)
+    # unique values are sorted, so hash h owns the contiguous range [first[h], first[h + 1]).
+    first = torch.searchsorted(unique, hash_offsets.view(-1))
+    inverse -= first.view(num_hash, 1)
+    table_rows = int((torch.diff(first, append=first.new_tensor([len(unique)]))).max())
+    return inverse[:, :rows].contiguous(), inverse[:, rows:].contiguous(), table_rows
+
+
+def lsh_collision_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, query_codes: torch.Tensor, key_codes: torch.Tensor,
+    hash_code_len: int, mask: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """(1/m) sum_h sum_{j real, key_codes[j,h] == query_codes[i,h]} v_j: the unbiased estimate of
+    ``expected_collision_attention`` for unit q, k (B, H, N, d) and (B, H, N, m) codes; ``mask``
+    (B, 1, N, 1) float, 1 = real token. Padded queries get 0. Backward: hash estimate of eq. (3)."""
+    num_buckets = 2**hash_code_len
+    padded_id = q.shape[0] * q.shape[1] * num_buckets  # rows padded_id (keys), + 1 (queries): empty
+    query_ids = _bucket_ids(query_codes, num_buckets, mask, padded_id + 1)
+    key_ids = _bucket_ids(key_codes, num_buckets, mask, padded_id)
+    table_rows = padded_id + 2
+    if table_rows > 2 * query_ids.shape[1]:
+        query_ids, key_ids, table_rows = _compact_ids(query_ids, key_ids, table_rows)
+    flat = [x.reshape(-1, x.shape[-1]) for x in (q, k, v)]
+    return _LSHCollisionAttention.apply(*flat, query_ids, key_ids, hash_code_len, table_rows).view(v.shape)
+
+
+# ----------------------------------------------------------------------------- modules
+
+
+class _YosoBase(AttentionMethod):
+    """Normalise Q, K; cumulate; l2-normalise the rows; add the optional depthwise convolution."""
+
+    approximates_softmax = False  # weights (1 - arccos/pi)^tau, not softmax
+
+    def __init__(self, options: YosoEOptions | YosoOptions, shape: AttentionShape):
+        super().__init__(options, shape)
+        window = options.conv_window
+        # YOSO-C: one learnable (window x 1) filter per head over the sequence (official code).
+        self.conv = (
+            nn.Conv2d(shape.num_heads, shape.num_heads, (window, 1), padding=(window // 2, 0),
+                      bias=False, groups=shape.num_heads)
+            if window else None
+        )
+
+    def cumulate(self, q, k, v, mask):
+        """sum_j B(q_i, k_j) v_j (exact or sampled) for unit q, k; (B, H, N, D)."""
+        raise NotImplementedError
+
+    def attend(self, q, k, v, key_padding_mask, scaling):
+        # ``scaling`` is unused: YOSO works on unit-norm q, k (section 1.1).
+        with torch.autocast(q.device.type, enabled=False):  # autocast would undo the fp32 upcast
+            return self._attend_fp32(q, k, v, key_padding_mask)
+
+    def _attend_fp32(self, q, k, v, key_padding_mask):
+        dtype = compute_dtype(q)  # arccos, powers and sums in fp32 under fp16 / bf16
+        q, k, v = F.normalize(q.to(dtype), dim=-1), F.normalize(k.to(dtype), dim=-1), v.to(dtype)
+        mask = None if key_padding_mask is None else key_padding_mask[:, None, :, None].to(dtype)
+        if mask is not None:
+            v = v * mask
+        out = F.normalize(self.cumulate(q, k, v, mask), dim=-1)
+        if self.conv is not None:  # padded values are zero, so they do not leak into the conv
+            weight = self.conv.weight.to(dtype)
+            out = out + F.conv2d(v, weight, padding=self.conv.padding, groups=self.conv.groups)
+        return out
+
+
+@register_method
+class YosoE(_YosoBase):
+    """YOSO-E: the expectation of YOSO, (1 - arccos(Q K^T)/pi)^tau V, computed exactly (O(n^2))."""
+
+    name = "yoso_e"
+    options_cls = YosoEOptions
+
+    def cumulate(self, q, k, v, mask):
+        exact = self.options.gradient == "exact"
+        return expected_collision_attention(q, k, v, self.options.hash_code_len, mask, exact)
+
+
+@register_method
+class Yoso(_YosoBase):
+    """YOSO: m LSH hashes of tau bits sample (1 - arccos(Q K^T)/pi)^tau V in O(n)."""
+
+    name = "yoso"
+    options_cls = YosoOptions
+    samples = True  # fresh hashes every training step, seeded ones in eval
+
+    def cumulate(self, q, k, v, mask):
+        opts, heads, dim = self.options, q.shape[1], q.shape[-1]
+        generator = self.generator(q.device)
+        # One draw per head, shared by the batch: an example's eval output does not depend on
+        # the other examples of its batch (the official code draws per (example, head)).
+        with torch.no_grad():
+            if opts.use_fast_hash:
+                signs = draw_hadamard_signs(heads, dim, opts.num_hash, opts.hash_code_len, generator, q.device)
+                codes = [hadamard_codes(x, signs, opts.num_hash, opts.hash_code_len) for x in (q, k)]
+            else:
+                planes = draw_hyperplanes(heads, dim, opts.num_hash, opts.hash_code_len, generator, q.device)
+                codes = [hyperplane_codes(x, planes, opts.hash_code_len) for x in (q, k)]
+        return lsh_collision_attention(q, k, v, codes[0], codes[1], opts.hash_code_len, mask)

@@ -1,0 +1,339 @@
+"""YOSO / YOSO-E (seed 001): hashing, exactness against dense float64 formulas, the eq. (3)
+backward, convergence of the sampled method to its expectation, padding and the convolution."""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from hf_efficient_attn.methods import yoso as Y
+from hf_efficient_attn.methods.base import AttentionShape
+from hf_efficient_attn.registry import build_method, method_options
+
+HEADS, DIM = 2, 8
+
+
+def make(name, layer_idx=0, **options):
+    return build_method(name, options, AttentionShape(HEADS, DIM, 128, layer_idx)).eval()
+
+
+def unit(x):
+    return F.normalize(x, dim=-1)
+
+
+def relative_error(out, ref):
+    return ((out - ref).norm() / ref.norm()).item()
+
+
+def correlated_qkv(batch=2, seq=24, dim=DIM, dtype=torch.float64, noise=0.5):
+    """Unit queries, keys near them (so that B(q, k) spans small to large values), values."""
+    q = unit(torch.randn(batch, HEADS, seq, dim, dtype=dtype))
+    k = unit(q + noise * torch.randn_like(q))
+    return q, k, torch.randn_like(q)
+
+
+def float_mask(batch, seq, real, dtype=torch.float64):
+    """(B, 1, N, 1): example 1 has only ``real`` real tokens."""
+    mask = torch.ones(batch, 1, seq, 1, dtype=dtype)
+    mask[1, :, real:] = 0
+    return mask
+
+
+def dense_weights(q, k, tau, mask=None):
+    """(1 - arccos(q.k)/pi)^tau in float64 from its definition, padded keys zeroed."""
+    weights = (1 - torch.acos((q.double() @ k.double().transpose(-1, -2)).clamp(-1, 1)) / math.pi) ** tau
+    return weights if mask is None else weights * mask.double().transpose(-1, -2)
+
+
+def eq3_gradients(q, k, v, grad, weights, tau):
+    """Seed 001 eq. (3) with weight matrix B (dense): dQ, dK of the lower bound, dV = B^T dY."""
+    slope = (grad @ v.transpose(-1, -2)) * weights * (tau / 2)
+    return slope @ k, slope.transpose(-1, -2) @ q, weights.transpose(-1, -2) @ grad
+
+
+def with_grads(fn, *tensors, grad):
+    inputs = [t.detach().clone().requires_grad_() for t in tensors]
+    out = fn(*inputs)
+    out.backward(grad)
+    return (out.detach(), *(t.grad for t in inputs))
+
+
+# ----------------------------------------------------------------------------- hashing
+
+
+@pytest.mark.parametrize("size", [1, 2, 8, 64])
+def test_fwht_matches_the_sylvester_hadamard_matrix(size):
+    hadamard = torch.ones(1, 1, dtype=torch.float64)
+    while hadamard.shape[0] < size:
+        hadamard = torch.kron(torch.tensor([[1.0, 1.0], [1.0, -1.0]], dtype=torch.float64), hadamard)
+    x = torch.randn(3, 5, size, dtype=torch.float64)
+    torch.testing.assert_close(Y.fwht_(x.clone()), x @ hadamard)
+    with pytest.raises(ValueError, match="power-of-two"):
+        Y.fwht_(torch.randn(4, 12))
+
+
+def pairs_at_angle(theta, count, dim):
+    """``count`` pairs of unit vectors at angle theta."""
+    a = unit(torch.randn(count, dim, dtype=torch.float64))
+    b = torch.randn(count, dim, dtype=torch.float64)
+    b = unit(b - (b * a).sum(-1, keepdim=True) * a)
+    return a, math.cos(theta) * a + math.sin(theta) * b
+
+
+@pytest.mark.parametrize("fast", [True, False])
+@pytest.mark.parametrize("dim, tau", [(48, 1), (48, 4), (8, 1)])
+def test_hash_collision_rate_is_one_minus_angle_over_pi_to_the_tau(fast, dim, tau):
+    """P(two vectors share a tau-bit code) = (1 - theta/pi)^tau (section 1.2), for Gaussian and
+    for H D3 H D2 H D1 projections (d = 48 is padded to 64, d = 8 to the 32 floor)."""
+    gen = torch.Generator().manual_seed(0)
+    num_hash, draws = 64, 40
+    for theta in (0.3, 1.0, 2.0):
+        a, b = pairs_at_angle(theta, 16, dim)
+        x = torch.stack([a, b]).unsqueeze(1)  # (2, 1, 16, dim): "batch" 0 = a, 1 = b
+        hits = 0.0
+        for _ in range(draws):
+            if fast:
+                signs = Y.draw_hadamard_signs(1, dim, num_hash, tau, gen)
+                codes = Y.hadamard_codes(x, signs, num_hash, tau)
+            else:
+                codes = Y.hyperplane_codes(x, Y.draw_hyperplanes(1, dim, num_hash, tau, gen).double(), tau)
+            hits += (codes[0] == codes[1]).double().mean().item() / draws
+        expected = (1 - theta / math.pi) ** tau
+        samples = 16 * num_hash * draws
+        assert abs(hits - expected) < 0.01 + 4 * math.sqrt(expected * (1 - expected) / samples), (theta, hits)
+
+
+def test_codes_are_integers_in_range_and_fast_hash_uses_d_log_d_blocks():
+    x = unit(torch.randn(2, HEADS, 5, 48))
+    signs = Y.draw_hadamard_signs(HEADS, 48, 32, 9)
+    assert signs.shape == (HEADS, 3, math.ceil(32 / (64 // 9)), 64) and set(signs.unique().tolist()) == {-1.0, 1.0}
+    for codes in (Y.hadamard_codes(x, signs, 32, 9), Y.hyperplane_codes(x, Y.draw_hyperplanes(HEADS, 48, 32, 9), 9)):
+        assert codes.shape == (2, HEADS, 5, 32) and codes.dtype == torch.int64
+        assert codes.min() >= 0 and codes.max() < 2**9
+
+
+# ----------------------------------------------------------------------------- yoso_e
+
+
+@pytest.mark.parametrize("tau", [1, 9])
+def test_yoso_e_matches_the_dense_float64_formula(tau):
+    """Module output = l2-normalised rows of B(Q K^T) V over real keys (unit q, k), 0 on padding."""
+    q, k, v = (torch.randn(2, HEADS, 30, DIM) for _ in range(3))
+    mask = torch.ones(2, 30, dtype=torch.bool)
+    mask[1, 19:] = False
+    weights = dense_weights(unit(q.double()), unit(k.double()), tau, mask[:, None, :, None])
+    ref = unit(weights @ v.double()) * mask[:, None, :, None]
+    out = make("yoso_e", hash_code_len=tau)(q, k, v, mask)
+    torch.testing.assert_close(out.double(), ref, atol=1e-5, rtol=1e-4)
+
+
+def test_yoso_e_exact_gradient_passes_gradcheck():
+    """gradient="exact" is eq. (2), the true derivative (up to eps 1e-6 under the square root)."""
+    q, k, v = correlated_qkv(batch=2, seq=5, dim=4)
+    q, k = 0.8 * q, 0.8 * k  # keep |q.k| < 1 as gradcheck perturbs them
+    mask = float_mask(2, 5, real=3)
+    fn = lambda q, k, v: Y.expected_collision_attention(q, k, v, 3, mask, exact_gradient=True)  # noqa: E731
+    assert torch.autograd.gradcheck(fn, [t.requires_grad_() for t in (q, k, v)])
+
+
+def test_yoso_e_lower_bound_backward_is_eq3():
+    """Default backward: dV exact (gradcheck), dQ / dK = eq. (3) from an independent dense formula."""
+    q, k, v = correlated_qkv(batch=2, seq=9, dim=4)
+    mask = float_mask(2, 9, real=6)
+    fn = lambda v: Y.expected_collision_attention(q, k, v, 4, mask)  # noqa: E731
+    assert torch.autograd.gradcheck(fn, [v.clone().requires_grad_()])
+    grad = torch.randn_like(v) * mask  # padded query rows are zeroed downstream
+    _, dq, dk, dv = with_grads(lambda q, k, v: Y.expected_collision_attention(q, k, v, 4, mask), q, k, v, grad=grad)
+    ref = eq3_gradients(q, k, v, grad, dense_weights(q, k, 4, mask), 4)
+    for got, want in zip((dq, dk, dv), ref):
+        torch.testing.assert_close(got, want)
+
+
+def test_yoso_e_exact_module_backward_matches_autograd_of_the_dense_formula():
+    """Through the whole module (normalisation of q, k, l2-normalised rows) in float64."""
+    q, k, v = (torch.randn(2, HEADS, 12, DIM, dtype=torch.float64) for _ in range(3))
+    mask = torch.ones(2, 12, dtype=torch.bool)
+    mask[1, 8:] = False
+    fmask = mask[:, None, :, None].double()
+
+    def reference(q, k, v):  # plain autograd through torch.acos
+        return unit(dense_weights(unit(q), unit(k), 5, fmask) @ v) * fmask
+
+    grad = torch.randn_like(q)
+    module = make("yoso_e", hash_code_len=5, gradient="exact")
+    got = with_grads(lambda q, k, v: module(q, k, v, mask), q, k, v, grad=grad)
+    want = with_grads(reference, q, k, v, grad=grad)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+
+
+def test_yoso_e_exact_gradient_is_finite_for_parallel_query_and_key():
+    q = unit(torch.randn(1, HEADS, 6, DIM, requires_grad=True))
+    k = q.detach().clone().requires_grad_()  # q.k = 1: dB/dx is infinite without eps
+    v = torch.randn(1, HEADS, 6, DIM, requires_grad=True)
+    Y.expected_collision_attention(q, k, v, 9, exact_gradient=True).sum().backward()
+    assert torch.isfinite(k.grad).all() and torch.isfinite(v.grad).all()
+
+
+# ----------------------------------------------------------------------------- yoso
+
+
+def fixed_codes(q, k, tau, num_hash, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    planes = Y.draw_hyperplanes(q.shape[1], q.shape[-1], num_hash, tau, gen).to(q.dtype)
+    return Y.hyperplane_codes(q, planes, tau), Y.hyperplane_codes(k, planes, tau)
+
+
+MIXES = {  # which buckets take the matrix-product procedure (the rest: colliding pairs)
+    "pairs": lambda nq, nk, dim: torch.zeros_like(nq, dtype=torch.bool),
+    "products": lambda nq, nk, dim: torch.ones_like(nq, dtype=torch.bool),
+    "mixed": lambda nq, nk, dim: torch.arange(len(nq)) % 2 == 0,
+}
+
+
+@pytest.mark.parametrize("procedure", list(MIXES))
+@pytest.mark.parametrize("tau", [2, 9])  # 9: few occupied buckets, ids get compacted
+def test_lsh_attention_is_the_collision_frequency_matrix_forward_and_backward(monkeypatch, procedure, tau):
+    """With fixed codes, yoso = C V with C_ij = fraction of the m hashes where q_i and k_j share a
+    code (real keys only), and its backward = eq. (3) with B replaced by C; checked against a dense
+    comparison of codes, for both backward procedures of section 1.4 and a mix of them."""
+    monkeypatch.setattr(Y, "_gemm_buckets", MIXES[procedure])
+    q, k, v = correlated_qkv(seq=20)
+    mask = float_mask(2, 20, real=13)
+    query_codes, key_codes = fixed_codes(q, k, tau, num_hash=6)
+    collisions = (query_codes.unsqueeze(3) == key_codes.unsqueeze(2)).double().mean(-1)
+    collisions = collisions * mask.transpose(-1, -2) * mask  # padded keys never, padded queries get 0
+    grad = torch.randn_like(v) * mask
+    fn = lambda q, k, v: Y.lsh_collision_attention(q, k, v, query_codes, key_codes, tau, mask)  # noqa: E731
+    out, dq, dk, dv = with_grads(fn, q, k, v, grad=grad)
+    torch.testing.assert_close(out, collisions @ v)
+    for got, want in zip((dq, dk, dv), eq3_gradients(q, k, v, grad, collisions, tau)):
+        torch.testing.assert_close(got, want)
+
+
+def test_lsh_attention_value_gradient_passes_gradcheck():
+    """For fixed hashes yoso is linear in V and its dV is exact."""
+    q, k, v = correlated_qkv(batch=2, seq=7, dim=4)
+    mask = float_mask(2, 7, real=4)
+    query_codes, key_codes = fixed_codes(q, k, 2, num_hash=5)
+    fn = lambda v: Y.lsh_collision_attention(q, k, v, query_codes, key_codes, 2, mask)  # noqa: E731
+    assert torch.autograd.gradcheck(fn, [v.requires_grad_()])
+
+
+@pytest.mark.parametrize("fast", [False, True])
+def test_yoso_converges_to_yoso_e_in_forward_and_backward(fast):
+    """Averaged over 2000 hashes (10 draws of 200), yoso's output and its eq. (3) gradient estimate
+    approach their expectations (yoso_e and the dense eq. (3)); the error of an unbiased estimate
+    shrinks as 1/sqrt(m) (~0.04 here), a wrong tau or a biased hash would leave >= 0.2."""
+    tau, num_hash, draws = 3, 200, 10
+    q, k, v = correlated_qkv(seq=24)
+    mask = float_mask(2, 24, real=17)
+    grad = torch.randn_like(v) * mask
+    gen = torch.Generator().manual_seed(0)
+    total = None
+    for _ in range(draws):
+        if fast:
+            signs = Y.draw_hadamard_signs(HEADS, DIM, num_hash, tau, gen)
+            codes = [Y.hadamard_codes(x, signs, num_hash, tau) for x in (q, k)]
+        else:
+            codes = fixed_codes(q, k, tau, num_hash, seed=int(torch.randint(10**6, (1,), generator=gen)))
+        fn = lambda q, k, v: Y.lsh_collision_attention(q, k, v, *codes, tau, mask)  # noqa: E731
+        result = with_grads(fn, q, k, v, grad=grad)
+        total = result if total is None else [a + b for a, b in zip(total, result)]
+    weights = dense_weights(q, k, tau, mask)
+    expected = [(weights @ v) * mask, *eq3_gradients(q, k, v, grad, weights, tau)]
+    for name, got, want in zip(("out", "dq", "dk", "dv"), total, expected):
+        assert relative_error(got / draws, want) < 0.08, name
+
+
+def test_yoso_module_with_many_hashes_approaches_yoso_e():
+    """End to end (l2-normalised rows): Gaussian hashes, error ~ 1/sqrt(m) (measured 0.68 at m = 8,
+    0.05 at m = 2000, 0.027 at m = 8000)."""
+    q, k, v = (x.float() for x in correlated_qkv(seq=40, noise=0.7))
+    mask = torch.ones(2, 40, dtype=torch.bool)
+    mask[1, 25:] = False
+    exact = make("yoso_e", hash_code_len=4)(q, k, v, mask)
+    errors = {
+        m: relative_error(make("yoso", hash_code_len=4, num_hash=m, use_fast_hash=False)(q, k, v, mask), exact)
+        for m in (8, 2000)
+    }
+    assert errors[2000] < 0.08 and errors[2000] < errors[8] / 8
+
+
+@pytest.mark.parametrize("name", ["yoso", "yoso_e"])
+def test_autocast_does_not_lower_the_internal_precision(name):
+    q, k, v = (torch.randn(2, HEADS, 20, DIM) for _ in range(3))
+    module = make(name, conv_window=3)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        low = module(q, k, v)
+    torch.testing.assert_close(low, module(q, k, v), atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["yoso", "yoso_e"])
+def test_padded_keys_and_values_get_zero_gradient(name):
+    module = make(name).train()
+    q, k, v = (torch.randn(2, HEADS, 20, DIM, requires_grad=True) for _ in range(3))
+    mask = torch.ones(2, 20, dtype=torch.bool)
+    mask[1, 12:] = False
+    module(q, k, v, mask).square().sum().backward()
+    for t in (q, k, v):
+        assert (t.grad[1, :, 12:] == 0).all() and t.grad[1, :, :12].abs().sum() > 0
+
+
+def test_yoso_eval_is_seeded_per_layer_and_training_redraws():
+    q, k, v = (torch.randn(1, HEADS, 32, DIM) for _ in range(3))
+    first, again = make("yoso")(q, k, v), make("yoso")(q, k, v)
+    torch.testing.assert_close(first, again, atol=0, rtol=0)
+    assert not torch.equal(first, make("yoso", seed=1)(q, k, v))
+    assert not torch.equal(first, make("yoso", layer_idx=1)(q, k, v))
+    module = make("yoso").train()
+    assert not torch.equal(module(q, k, v), module(q, k, v))
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_yoso_accepts_non_contiguous_inputs(fast):
+    """The Transformers bridge passes q, k, v as transposed (B, N, H, D) views."""
+    q, k, v = (torch.randn(2, 20, HEADS, DIM).transpose(1, 2) for _ in range(3))
+    module = make("yoso", use_fast_hash=fast)
+    torch.testing.assert_close(module(q, k, v), module(q.contiguous(), k.contiguous(), v.contiguous()))
+
+
+def test_yoso_output_of_an_example_does_not_depend_on_its_batch():
+    q, k, v = (torch.randn(3, HEADS, 16, DIM) for _ in range(3))
+    module = make("yoso")
+    torch.testing.assert_close(module(q, k, v)[1:2], module(q[1:2], k[1:2], v[1:2]), atol=1e-6, rtol=1e-5)
+
+
+# ----------------------------------------------------------------------------- conv, options
+
+
+@pytest.mark.parametrize("name", ["yoso", "yoso_e"])
+def test_conv_window_adds_a_depthwise_convolution_of_the_masked_values(name):
+    plain, conv = make(name), make(name, conv_window=5)
+    assert not list(plain.parameters())
+    assert [p.shape for p in conv.parameters()] == [(HEADS, 1, 5, 1)]
+    q, k, v = (torch.randn(2, HEADS, 11, DIM) for _ in range(3))
+    mask = torch.ones(2, 11, dtype=torch.bool)
+    mask[1, 7:] = False
+    v_real = v * mask[:, None, :, None]
+    weight = conv.conv.weight[:, 0, :, 0]  # (H, 5): out_n = sum_t w_t v_{n + t - 2}
+    padded = F.pad(v_real, (0, 0, 2, 2))
+    expected = sum(weight[None, :, t, None, None] * padded[:, :, t : t + 11] for t in range(5))
+    expected = expected * mask[:, None, :, None]
+    torch.testing.assert_close(conv(q, k, v, mask) - plain(q, k, v, mask), expected.detach(), atol=1e-5, rtol=1e-4)
+
+
+def test_defaults_and_invalid_options():
+    assert method_options("yoso") == {
+        "hash_code_len": 9, "num_hash": 32, "use_fast_hash": True, "conv_window": None, "seed": 0,
+    }
+    assert method_options("yoso_e") == {"hash_code_len": 9, "conv_window": None, "gradient": "lower_bound"}
+    assert not make("yoso", conv_window=0).conv
+    for name, bad in [
+        ("yoso", {"hash_code_len": 0}), ("yoso", {"hash_code_len": 25}), ("yoso", {"num_hash": 0}),
+        ("yoso", {"use_fast_hash": 1}), ("yoso", {"conv_window": 4}), ("yoso", {"seed": -1}),
+        ("yoso_e", {"gradient": "autograd"}), ("yoso_e", {"conv_window": -3}), ("yoso_e", {"hash_code_len": 2.5}),
+    ]:
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            make(name, **bad)
