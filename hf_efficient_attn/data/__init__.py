@@ -1,0 +1,1 @@
+"""Offline real text for measurements and tests (gensim's bundled test corpora)."""

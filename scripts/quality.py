@@ -1,0 +1,8 @@
+"""Approximation error vs time of every method on real Q/K/V of all-MiniLM-L6-v2 on real
+Wikipedia text, and sentence-embedding agreement (``--embeddings``):
+``python scripts/quality.py --help``."""
+
+from hf_efficient_attn.quality import main
+
+if __name__ == "__main__":
+    main()
