@@ -16,6 +16,7 @@ from .auto import (
 )
 from .bridge import patch_model
 from .long import extend_position_embeddings
+from .presets import load_preset
 from .registry import efficient_attention, list_methods, method_options, register_method
 
 __all__ = [
@@ -28,6 +29,7 @@ __all__ = [
     "efficient_attention",
     "extend_position_embeddings",
     "list_methods",
+    "load_preset",
     "method_options",
     "patch_model",
     "register_method",

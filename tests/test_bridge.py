@@ -163,3 +163,24 @@ def test_extending_after_patching_linformer_is_refused():
     hea.patch_model(extended, "linformer", {"k": 16})
     ids = torch.randint(5, VOCAB, (1, 300))
     assert hidden(extended, ids, torch.ones_like(ids)).shape == (1, 300, 32)
+
+
+ARCHITECTURES = ["bert", "roberta", "xlm-roberta", "electra", "camembert", "longformer"]
+
+
+@pytest.mark.parametrize("model_type", ARCHITECTURES)
+@pytest.mark.parametrize("method", hea.list_methods())
+def test_every_method_on_every_architecture(model_type, method):
+    """Each method runs inside each architecture on a padded batch; where the method is padding
+    invariant, the padded row's real tokens equal a run of that row alone, unpadded."""
+    from hf_efficient_attn.registry import get_method_class
+
+    options = {"k": 16} if method == "linformer" else {}
+    model = hea.AutoModel.from_config(tiny_config(model_type), attn_impl=method, attn_config=options).eval()
+    assert model.config.attn_impl == method
+    ids, mask = batch()
+    out = hidden(model, ids, mask)
+    assert torch.isfinite(out).all()
+    if get_method_class(method).padding_invariant:
+        alone = hidden(model, ids[1:, :REAL], mask[1:, :REAL])
+        torch.testing.assert_close(out[1, :REAL], alone[0], atol=1e-5, rtol=1e-4)
