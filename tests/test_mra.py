@@ -193,6 +193,22 @@ def test_flex_matches_gather():
     torch.testing.assert_close(flex, gather, atol=2e-6, rtol=1e-5)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("name", METHODS)
+def test_flex_matches_gather_at_4096_tokens(name):
+    """The benchmark's shape (12 heads, head_dim 64, n = 4096) with the long-input preset
+    (16 blocks per row, priors), a padded sequence in the batch."""
+    q, k, v = qkv(batch=2, heads=12, seq=4096, dim=64, dtype=torch.float32)
+    mask = torch.ones(2, 4096, dtype=torch.bool)
+    mask[1, 3000:] = False
+    options = dict(heads=12, dim=64, block_per_row=16, initial_prior_first_n_blocks=1,
+                   initial_prior_diagonal_n_blocks=5)
+    with torch.no_grad():
+        flex = make(name, backend="flex", **options)(q, k, v, mask)
+        gather = make(name, backend="gather", **options)(q, k, v, mask)
+    torch.testing.assert_close(flex, gather, atol=2e-6, rtol=1e-5)
+
+
 def test_auto_uses_gather_for_short_or_differentiable_inputs():
     q, k, v = qkv(seq=64, dtype=torch.float32)
     method = make("mra2", backend="auto")

@@ -156,3 +156,16 @@ def test_gradients_flow_through_kernel_values():
 def test_invalid_options_are_rejected(bad):
     with pytest.raises(ValueError):
         make("skyformer", **bad)
+
+
+def test_skyformer_inverse_of_its_normalised_matrix_matches_torch_pinv():
+    """Lemma 3: the normalised matrix has spectral norm <= 1, so Z_0 = N^T / ||N||_1 converges."""
+    from hf_efficient_attn.methods.nystromformer import iterative_pinv
+
+    points = torch.randn(2, 16, 4, dtype=torch.float64)
+    kernel = torch.exp(-torch.cdist(points, points).square() / 2) + 0.1 * torch.eye(16, dtype=torch.float64)
+    d = kernel.sum(-1).rsqrt()
+    normalised = d[..., :, None] * kernel * d[..., None, :]
+    assert torch.linalg.matrix_norm(normalised, ord=2).max() <= 1 + 1e-12
+    torch.testing.assert_close(iterative_pinv(normalised, 40, spectral_norm_at_most_one=True),
+                               torch.linalg.pinv(normalised), atol=1e-8, rtol=1e-7)

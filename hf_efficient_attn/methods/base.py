@@ -104,8 +104,14 @@ class AttentionMethod(nn.Module):
             key_padding_mask = key_padding_mask.to(device=q.device, dtype=torch.bool)
             if bool(key_padding_mask.all()):
                 key_padding_mask = None
+            else:  # padded tokens carry nothing into the method, not even inf or nan
+                padded = ~key_padding_mask[:, None, :, None]
+                q, k, v = (t.masked_fill(padded, 0.0) for t in (q, k, v))
         scaling = head_dim**-0.5 if scaling is None else scaling
-        out = self.attend(q, k, v, key_padding_mask, scaling).to(q.dtype)
+        # Autocast off: methods choose their own precision (compute_dtype upcasts half inputs for
+        # exponentials, sums and inverses); autocast would cast those fp32 matmuls back to half.
+        with torch.autocast(q.device.type, enabled=False):
+            out = self.attend(q, k, v, key_padding_mask, scaling).to(q.dtype)
         if key_padding_mask is not None:
             out = out.masked_fill(~key_padding_mask[:, None, :, None], 0.0)
         return out

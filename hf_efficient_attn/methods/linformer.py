@@ -92,11 +92,10 @@ class Linformer(AttentionMethod):
                 f"(max_seq_len, the number of columns of the projections E, F); "
                 f"use inputs of at most {self.shape.max_seq_len} tokens"
             )
-        if key_padding_mask is not None:
-            # Zero padded keys/values before projecting: E K then sums over real tokens only, exactly
-            # what the unpadded sequence gives (the official code does not mask; our choice).
-            real = key_padding_mask[:, None, :, None]
-            k, v = k.masked_fill(~real, 0.0), v.masked_fill(~real, 0.0)
+        # Padded keys/values arrive zeroed (base class): E K sums over real tokens only, exactly what
+        # the unpadded sequence gives when padding is on the right (Transformers' default for these
+        # encoders; with left padding the real tokens would meet other columns of E, F). The
+        # official code does not mask; our choice.
         e, f = self.projections()
         # Shorter inputs use the first n columns of E, F, as the official fairseq code does.
         e, f = e[..., :seq_len].to(k.dtype), f[..., :seq_len].to(v.dtype)

@@ -28,7 +28,8 @@ Transformers' ``modeling_mra.py``, unless said otherwise):
 - Ranking score: mu_{x,y} minus its row maximum (official ``low_resolution_logit_normalized``);
   the row maximum is taken over blocks with real tokens only (the official one also sees padded
   blocks). This puts every query block's best key block ahead of all other pairs, so with
-  ``block_per_row >= 1`` and no priors every query block gets at least one exact block.
+  ``block_per_row >= 1``, no priors and no tied scores every query block gets at least one exact
+  block (ties at the row maximum, as in the official code, may leave a block without one).
 - Priors (official ``initial_prior_first_n_blocks`` / ``initial_prior_diagonal_n_blocks``, off
   by default as in Transformers' ``MraConfig``): the first ``n`` query-block rows and key-block
   columns (global tokens), and the band |x - y| <= n // 2 around the diagonal. Prior pairs are
@@ -125,14 +126,12 @@ class BlockStats(NamedTuple):
 def block_stats(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, real: torch.Tensor, block_size: int,
                 scaling: float) -> BlockStats:
     """Masked block means (eqs. 11, 17) and log mu (eq. 12) of padded q, k, v (B, H, N, D);
-    ``real`` (B, N) marks real tokens, and k, v must be zero at the other positions."""
+    ``real`` (B, N) marks real tokens; q, k, v must be zero at the other positions."""
     batch, heads, length, dim = q.shape
     shape = (batch, heads, length // block_size, block_size, dim)
     counts = real.view(batch, -1, block_size).sum(-1)
     inv_count = 1.0 / counts.clamp(min=1).to(q.dtype)[:, None, :, None]
-    q_mean = (q * real[:, None, :, None]).view(shape).sum(3) * inv_count
-    k_mean = k.view(shape).sum(3) * inv_count
-    v_mean = v.view(shape).sum(3) * inv_count
+    q_mean, k_mean, v_mean = (t.view(shape).sum(3) * inv_count for t in (q, k, v))
     return BlockStats(counts, q_mean @ k_mean.transpose(-1, -2) * scaling, v_mean)
 
 
@@ -331,9 +330,8 @@ class _MraBase(AttentionMethod):
         real = q.new_ones(batch, length, dtype=torch.bool) if key_padding_mask is None else key_padding_mask
         real = pad_to_multiple(real, multiple, dim=1, value=False)
         work_dtype = q.dtype if use_flex else compute_dtype(q)
+        # Padded tokens are zero (the base class zeroes key padding; internal padding adds zeros).
         q, k, v = (pad_to_multiple(t.to(work_dtype), multiple, dim=2) for t in (q, k, v))
-        if not bool(real.all()):  # padded keys carry nothing (not even inf or nan)
-            k, v = (t.masked_fill(~real[:, None, :, None], 0.0) for t in (k, v))
         if use_flex and not torch.is_grad_enabled():
             q, k, v = (t.detach() for t in (q, k, v))  # CPU flex refuses inputs that require grad
 

@@ -35,23 +35,26 @@ from ..registry import register_method
 from .base import AttentionMethod, AttentionShape, MethodOptions, check_int, compute_dtype
 
 
-def iterative_pinv(mat: torch.Tensor, iterations: int) -> torch.Tensor:
+def iterative_pinv(mat: torch.Tensor, iterations: int, spectral_norm_at_most_one: bool = False) -> torch.Tensor:
     """Moore-Penrose pseudo-inverse of square matrices (..., m, m) by the order-3 iteration of
     Razavi et al. (2014) used by Nystromformer (Xiong et al. 2021, section 3) and Skyformer
     (seed 002, section 4.4).
 
     Z_0 = A^T / (||A||_1 ||A||_inf) per matrix (Razavi et al.'s choice). For a row-stochastic
     softmax A, ||A||_inf = 1 and this is the official code's 1 / (largest column sum), which the
-    official code takes over the whole batch (coupling batch elements) and we per matrix.
+    official code takes over the whole batch (coupling batch elements) and we per matrix. With
+    ``spectral_norm_at_most_one`` (Skyformer's normalised matrix, seed 002 Lemma 3) Z_0 = A^T /
+    ||A||_1, the official Skyformer choice, which converges since ||A||_2 <= 1.
     Every Z_j is A^T times a polynomial in A A^T, so the iteration converges to A^+ also for a
     singular A; the error I - A Z_j of an eigen-direction shrinks as (1 - x)^3 (4 - x) / 4.
     (For an exactly singular A, rounding errors outside its range grow by 13/4 per step, so
     far more iterations than convergence needs drift away from A^+.)
     """
     eye = torch.eye(mat.shape[-1], dtype=mat.dtype, device=mat.device)
-    norm_1 = mat.abs().sum(-2).amax(-1)  # largest column sum
-    norm_inf = mat.abs().sum(-1).amax(-1)  # largest row sum
-    z = mat.transpose(-1, -2) / (norm_1 * norm_inf)[..., None, None]
+    bound = mat.abs().sum(-2).amax(-1)  # ||A||_1, the largest column sum
+    if not spectral_norm_at_most_one:
+        bound = bound * mat.abs().sum(-1).amax(-1)  # times ||A||_inf, the largest row sum
+    z = mat.transpose(-1, -2) / bound[..., None, None]
     for _ in range(iterations):
         az = mat @ z
         z = 0.25 * z @ (13 * eye - az @ (15 * eye - az @ (7 * eye - az)))
@@ -160,14 +163,13 @@ class Nystromformer(AttentionMethod):
         )
 
     def attend(self, q, k, v, key_padding_mask, scaling):
-        with torch.autocast(q.device.type, enabled=False):  # autocast would undo the fp32 upcast
-            dtype = compute_dtype(q)  # softmax, pseudo-inverse and segment sums in fp32 for fp16 / bf16
-            q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
-            opts = self.options
-            out = nystrom_attention(q, k, v, key_padding_mask, scaling, opts.num_landmarks, opts.pinv_iterations)
-            if self.conv is not None:
-                if key_padding_mask is not None:  # padded values must not leak into the convolution
-                    v = v * key_padding_mask[:, None, :, None].to(dtype)
-                weight = self.conv.weight.to(dtype)
-                out = out + F.conv2d(v, weight, padding=self.conv.padding, groups=self.conv.groups)
-            return out
+        dtype = compute_dtype(q)  # softmax, pseudo-inverse and segment sums in fp32 for fp16 / bf16
+        q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
+        opts = self.options
+        out = nystrom_attention(q, k, v, key_padding_mask, scaling, opts.num_landmarks, opts.pinv_iterations)
+        if self.conv is not None:
+            if key_padding_mask is not None:  # padded values must not leak into the convolution
+                v = v * key_padding_mask[:, None, :, None].to(dtype)
+            weight = self.conv.weight.to(dtype)
+            out = out + F.conv2d(v, weight, padding=self.conv.padding, groups=self.conv.groups)
+        return out

@@ -82,19 +82,20 @@ def positive_random_features(
     real keys of each (batch, head). Our choice: c is the max of the whole exponent
     w^T x - |x|^2/2 (the official code takes the max of w^T x only), so the largest feature is
     exactly 1 and neither underflows nor lets eps become a sizeable bias. c is detached (it is a
-    constant of the estimator). Padded keys get features 0 and do not enter c.
+    constant of the estimator); a key's own |k|^2/2 is part of phi(k) and keeps its gradient.
+    Padded keys get features 0 and do not enter c.
     """
     projected = x @ features.transpose(0, 1)
     if is_query:
-        # |x|^2/2 is constant along the row, so it cancels against the row max.
-        offset = projected.amax(dim=-1, keepdim=True)
+        # |x|^2/2 and the row max are constant along the row: they cancel in D^-1.
+        offset = projected.detach().amax(dim=-1, keepdim=True)
     else:
         half_norm = x.square().sum(-1, keepdim=True) / 2
-        row_max = projected.amax(dim=-1, keepdim=True) - half_norm  # (B, H, N, 1)
+        row_max = (projected - half_norm).detach().amax(dim=-1, keepdim=True)  # (B, H, N, 1)
         if key_padding_mask is not None:
             row_max = row_max.masked_fill(~key_padding_mask[:, None, :, None], float("-inf"))
         offset = half_norm + row_max.amax(dim=-2, keepdim=True)
-    phi = torch.exp(projected - offset.detach()) + FEATURE_EPS
+    phi = torch.exp(projected - offset) + FEATURE_EPS
     if not is_query and key_padding_mask is not None:
         phi = phi.masked_fill(~key_padding_mask[:, None, :, None], 0.0)
     return phi

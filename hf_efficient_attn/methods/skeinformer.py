@@ -193,7 +193,11 @@ def skeinformer_attention(
         out = (sampled * weights) @ v_cols
 
     if options.pilot_reuse:  # line 12: the pilot rows' exact outputs
-        out = out.scatter(2, pilot_index[..., None].expand_as(pilot_out), pilot_out)
+        # Pilot rows are drawn with replacement: "mean" over the copies of a row (all equal) writes
+        # it once and sends each copy its share of the gradient (plain scatter would send each
+        # copy the whole gradient).
+        index = pilot_index[..., None].expand_as(pilot_out)
+        out = out.scatter_reduce(2, index, pilot_out, reduce="mean", include_self=False)
     return out
 
 

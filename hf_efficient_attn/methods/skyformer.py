@@ -151,7 +151,8 @@ def skyformer_attention(
     middle = middle + gamma * torch.eye(num_landmarks, dtype=middle.dtype, device=middle.device)
     d_inv_sqrt = middle.sum(-1).rsqrt()  # row sums >= 1 + gamma (each diagonal entry >= 1)
     normalised = d_inv_sqrt[..., :, None] * middle * d_inv_sqrt[..., None, :]
-    inverse = d_inv_sqrt[..., :, None] * iterative_pinv(normalised, pinv_iterations) * d_inv_sqrt[..., None, :]
+    pinv = iterative_pinv(normalised, pinv_iterations, spectral_norm_at_most_one=True)  # Lemma 3
+    inverse = d_inv_sqrt[..., :, None] * pinv * d_inv_sqrt[..., None, :]
     return query_sketch @ (inverse @ (key_sketch.transpose(-1, -2) @ v))
 
 
@@ -183,14 +184,13 @@ class SkyformerOptions(MethodOptions):
 
 
 class _GaussianKernelMethod(AttentionMethod):
-    """Shared plumbing: fp32 compute for half inputs, autocast off, data scale sqrt(scaling)."""
+    """Shared plumbing: fp32 compute for half inputs, data scale sqrt(scaling)."""
 
     approximates_softmax = False  # Gaussian kernel, not softmax (section 4.1)
 
     def attend(self, q, k, v, key_padding_mask, scaling):
-        with torch.autocast(q.device.type, enabled=False):  # autocast would undo the fp32 upcast
-            dtype = compute_dtype(q)  # exponentials, sums and the inverse in fp32 for fp16 / bf16
-            return self.gaussian_attend(q.to(dtype), k.to(dtype), v.to(dtype), key_padding_mask, scaling**0.5)
+        dtype = compute_dtype(q)  # exponentials, sums and the inverse in fp32 for fp16 / bf16
+        return self.gaussian_attend(q.to(dtype), k.to(dtype), v.to(dtype), key_padding_mask, scaling**0.5)
 
     def gaussian_attend(self, q, k, v, key_padding_mask, data_scale):
         raise NotImplementedError

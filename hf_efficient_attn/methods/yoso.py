@@ -397,10 +397,6 @@ class _YosoBase(AttentionMethod):
 
     def attend(self, q, k, v, key_padding_mask, scaling):
         # ``scaling`` is unused: YOSO works on unit-norm q, k (section 1.1).
-        with torch.autocast(q.device.type, enabled=False):  # autocast would undo the fp32 upcast
-            return self._attend_fp32(q, k, v, key_padding_mask)
-
-    def _attend_fp32(self, q, k, v, key_padding_mask):
         dtype = compute_dtype(q)  # arccos, powers and sums in fp32 under fp16 / bf16
         q, k, v = F.normalize(q.to(dtype), dim=-1), F.normalize(k.to(dtype), dim=-1), v.to(dtype)
         mask = None if key_padding_mask is None else key_padding_mask[:, None, :, None].to(dtype)
