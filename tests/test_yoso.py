@@ -63,14 +63,15 @@ def with_grads(fn, *tensors, grad):
 
 
 @pytest.mark.parametrize("size", [1, 2, 8, 64])
-def test_fwht_matches_the_sylvester_hadamard_matrix(size):
-    hadamard = torch.ones(1, 1, dtype=torch.float64)
-    while hadamard.shape[0] < size:
-        hadamard = torch.kron(torch.tensor([[1.0, 1.0], [1.0, -1.0]], dtype=torch.float64), hadamard)
-    x = torch.randn(3, 5, size, dtype=torch.float64)
-    torch.testing.assert_close(Y.fwht_(x.clone()), x @ hadamard)
+def test_sylvester_hadamard_matrix(size):
+    """Entries (-1)^popcount(i & j) (the closed form of Sylvester's construction), H H^T = size I."""
+    h = Y.sylvester_hadamard(size)
+    i, j = torch.meshgrid(torch.arange(size), torch.arange(size), indexing="ij")
+    parity = torch.tensor([bin(x).count("1") % 2 for x in (i & j).flatten().tolist()]).view(size, size)
+    torch.testing.assert_close(h, 1.0 - 2.0 * parity.float())
+    torch.testing.assert_close(h @ h.T, size * torch.eye(size))
     with pytest.raises(ValueError, match="power-of-two"):
-        Y.fwht_(torch.randn(4, 12))
+        Y.sylvester_hadamard(12)
 
 
 def pairs_at_angle(theta, count, dim):
@@ -104,13 +105,29 @@ def test_hash_collision_rate_is_one_minus_angle_over_pi_to_the_tau(fast, dim, ta
         assert abs(hits - expected) < 0.01 + 4 * math.sqrt(expected * (1 - expected) / samples), (theta, hits)
 
 
-def test_codes_are_integers_in_range_and_fast_hash_uses_d_log_d_blocks():
+def test_codes_are_integers_in_range_and_fast_hash_blocks_hold_whole_codes():
     x = unit(torch.randn(2, HEADS, 5, 48))
     signs = Y.draw_hadamard_signs(HEADS, 48, 32, 9)
     assert signs.shape == (HEADS, 3, math.ceil(32 / (64 // 9)), 64) and set(signs.unique().tolist()) == {-1.0, 1.0}
     for codes in (Y.hadamard_codes(x, signs, 32, 9), Y.hyperplane_codes(x, Y.draw_hyperplanes(HEADS, 48, 32, 9), 9)):
         assert codes.shape == (2, HEADS, 5, 32) and codes.dtype == torch.int64
         assert codes.min() >= 0 and codes.max() < 2**9
+
+
+def test_fast_hash_is_sign_of_h_d3_h_d2_h_d1_x():
+    """Section 1.2, written out with explicit matrices (Kronecker-built H, diagonal D_i), per block."""
+    dim, num_hash, tau = 20, 5, 3  # D = 32 (zero-padded), 10 codes per block, 1 block
+    x = unit(torch.randn(1, HEADS, 7, dim, dtype=torch.float64))
+    signs = Y.draw_hadamard_signs(HEADS, dim, num_hash, tau).double()
+    hadamard = torch.ones(1, 1, dtype=torch.float64)
+    while hadamard.shape[0] < 32:
+        hadamard = torch.kron(torch.tensor([[1.0, 1.0], [1.0, -1.0]], dtype=torch.float64), hadamard)
+    for head in range(HEADS):
+        d1, d2, d3 = (torch.diag(signs[head, i, 0]) for i in range(3))
+        projected = (hadamard @ d3 @ hadamard @ d2 @ hadamard @ d1 @ F.pad(x[0, head], (0, 32 - dim)).T).T
+        bits = (projected[:, : num_hash * tau] > 0).view(7, num_hash, tau).double()
+        expected = (bits * 2.0 ** torch.arange(tau, dtype=torch.float64)).sum(-1).long()
+        assert torch.equal(Y.hadamard_codes(x, signs, num_hash, tau)[0, head], expected)
 
 
 # ----------------------------------------------------------------------------- yoso_e
