@@ -740,7 +740,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                         help="sequence lengths (beyond 512 the position table is tiled on a copy); none to skip")
     parser.add_argument("--methods", nargs="+", default=None, help="methods (default: all registered)")
     parser.add_argument("--out-dir", default="outputs/quality")
-    parser.add_argument("--num-texts", type=int, default=4, help="Wikipedia articles per sequence length")
+    parser.add_argument("--num-texts", type=int, default=4, help="Wikipedia articles per sequence length (4x as many for --embeddings)")
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     parser.add_argument("--repeats", type=int, default=3,
                         help="timed calls per layer after a warm-up call (the fastest counts)")
@@ -810,7 +810,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         ]
 
     if args.embeddings:
-        from .data.corpus import news_articles, news_sentences
+        from .data.corpus import news_articles, news_sentences, wikipedia_articles
 
         tokenizer = transformers.AutoTokenizer.from_pretrained(path)
         records = []
@@ -826,6 +826,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         for corpus, texts, max_length, batch_size in (
             ("news sentences", news_sentences()[: args.num_sentences], 128, 32),
             ("whole news articles, truncated to 512 tokens", news_articles()[: args.num_articles], 512, 8),
+            ("Wikipedia articles, first 512 tokens", wikipedia_articles(min_words=600)[: args.num_texts * 4], 512, 4),
         ):
             lengths = [min(len(ids), max_length) for ids in tokenizer(list(texts))["input_ids"]]
             what = (f"{len(texts)} {corpus}; {min(lengths)}-{max(lengths)} tokens, "
