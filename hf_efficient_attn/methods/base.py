@@ -158,3 +158,18 @@ def pad_to_multiple(x: torch.Tensor, multiple: int, dim: int, value: float = 0.0
 def compute_dtype(x: torch.Tensor) -> torch.dtype:
     """fp32 for half-precision inputs (sums, inverses and exponentials need it), else x.dtype."""
     return torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
+
+
+def depthwise_value_conv(num_heads: int, window: int | None) -> nn.Conv2d | None:
+    """One learnable (window x 1) filter per head over the sequence of V (YOSO-C and
+    Nystromformer's optional convolution, as their official code), or None for ``window``
+    None / 0. Apply it with :func:`apply_value_conv`."""
+    if not window:
+        return None
+    return nn.Conv2d(num_heads, num_heads, (window, 1), padding=(window // 2, 0), bias=False, groups=num_heads)
+
+
+def apply_value_conv(conv: nn.Conv2d, v: torch.Tensor) -> torch.Tensor:
+    """The convolution of ``v`` (B, H, N, D) in v's dtype; padded values are zero (the contract
+    zeroes them), so they do not leak into real rows."""
+    return nn.functional.conv2d(v, conv.weight.to(v.dtype), padding=conv.padding, groups=conv.groups)

@@ -29,10 +29,17 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from ..registry import register_method
-from .base import AttentionMethod, AttentionShape, MethodOptions, check_int, compute_dtype
+from .base import (
+    AttentionMethod,
+    AttentionShape,
+    MethodOptions,
+    apply_value_conv,
+    check_int,
+    compute_dtype,
+    depthwise_value_conv,
+)
 
 
 def iterative_pinv(mat: torch.Tensor, iterations: int, spectral_norm_at_most_one: bool = False) -> torch.Tensor:
@@ -155,12 +162,7 @@ class Nystromformer(AttentionMethod):
 
     def __init__(self, options: NystromformerOptions, shape: AttentionShape):
         super().__init__(options, shape)
-        size = options.conv_kernel_size
-        self.conv = (
-            nn.Conv2d(shape.num_heads, shape.num_heads, (size, 1), padding=(size // 2, 0),
-                      bias=False, groups=shape.num_heads)
-            if size else None
-        )
+        self.conv = depthwise_value_conv(shape.num_heads, options.conv_kernel_size)
 
     def attend(self, q, k, v, key_padding_mask, scaling):
         dtype = compute_dtype(q)  # softmax, pseudo-inverse and segment sums in fp32 for fp16 / bf16
@@ -168,8 +170,5 @@ class Nystromformer(AttentionMethod):
         opts = self.options
         out = nystrom_attention(q, k, v, key_padding_mask, scaling, opts.num_landmarks, opts.pinv_iterations)
         if self.conv is not None:
-            if key_padding_mask is not None:  # padded values must not leak into the convolution
-                v = v * key_padding_mask[:, None, :, None].to(dtype)
-            weight = self.conv.weight.to(dtype)
-            out = out + F.conv2d(v, weight, padding=self.conv.padding, groups=self.conv.groups)
+            out = out + apply_value_conv(self.conv, v)
         return out

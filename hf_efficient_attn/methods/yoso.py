@@ -49,10 +49,18 @@ from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from ..registry import register_method
-from .base import AttentionMethod, AttentionShape, MethodOptions, check_choice, check_int, compute_dtype
+from .base import (
+    AttentionMethod,
+    AttentionShape,
+    MethodOptions,
+    apply_value_conv,
+    check_choice,
+    check_int,
+    compute_dtype,
+    depthwise_value_conv,
+)
 
 #: eps under the square root of eq. (2) for ``gradient="exact"`` (section 1.4 adds "a small eps to
 #: avoid a divide by zero error" without a value): caps the derivative at x = +-1 at
@@ -386,13 +394,7 @@ class _YosoBase(AttentionMethod):
 
     def __init__(self, options: YosoEOptions | YosoOptions, shape: AttentionShape):
         super().__init__(options, shape)
-        window = options.conv_window
-        # YOSO-C: one learnable (window x 1) filter per head over the sequence (official code).
-        self.conv = (
-            nn.Conv2d(shape.num_heads, shape.num_heads, (window, 1), padding=(window // 2, 0),
-                      bias=False, groups=shape.num_heads)
-            if window else None
-        )
+        self.conv = depthwise_value_conv(shape.num_heads, options.conv_window)  # YOSO-C
 
     def cumulate(self, q, k, v, mask):
         """sum_j B(q_i, k_j) v_j (exact or sampled) for unit q, k; (B, H, N, D)."""
@@ -403,12 +405,9 @@ class _YosoBase(AttentionMethod):
         dtype = compute_dtype(q)  # arccos, powers and sums in fp32 under fp16 / bf16
         q, k, v = F.normalize(q.to(dtype), dim=-1), F.normalize(k.to(dtype), dim=-1), v.to(dtype)
         mask = None if key_padding_mask is None else key_padding_mask[:, None, :, None].to(dtype)
-        if mask is not None:
-            v = v * mask
         out = F.normalize(self.cumulate(q, k, v, mask), dim=-1)
-        if self.conv is not None:  # padded values are zero, so they do not leak into the conv
-            weight = self.conv.weight.to(dtype)
-            out = out + F.conv2d(v, weight, padding=self.conv.padding, groups=self.conv.groups)
+        if self.conv is not None:
+            out = out + apply_value_conv(self.conv, v)
         return out
 
 
