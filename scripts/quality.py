@@ -2,7 +2,7 @@
 Wikipedia text, and sentence-embedding agreement (``--embeddings``):
 ``python scripts/quality.py --help``."""
 
-from hf_efficient_attn.quality import main
+from hf_efficient_attn.quality.cli import main
 
 if __name__ == "__main__":
     main()

@@ -18,7 +18,6 @@ def test_demo_runs_end_to_end_and_mra2_beats_the_floor(capsys):
     assert "embedding cosine to exact" in printed and "model forward exact (SDPA)" in printed
     assert 1 - mra["cos_mean"] < 0.2 * (1 - floor["cos_mean"])
     assert 1 - mra["long_cos"] < 0.5 * (1 - floor["long_cos"])
-    assert mra["speedup"] > 0
 
 
 @pytest.mark.slow

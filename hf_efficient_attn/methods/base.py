@@ -49,7 +49,8 @@ def check_choice(name: str, value: Any, allowed: Iterable[Any]) -> None:
 
 @dataclass
 class MethodOptions:
-    """Base options dataclass; subclasses add fields (paper defaults) and ``validate``."""
+    """Base options dataclass, used as is by methods without options; subclasses add fields
+    (paper defaults) and ``validate``."""
 
     def validate(self) -> None:
         """Raise ``ValueError`` for an option value the method cannot use."""

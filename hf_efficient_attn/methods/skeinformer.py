@@ -47,10 +47,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 
 from ..registry import register_method
 from .base import AttentionMethod, MethodOptions, check_choice, check_int, compute_dtype
+from .softmax import exact_attention
 
 
 def real_mask(key_padding_mask: torch.Tensor | None, batch: int, seq_len: int, device: torch.device) -> torch.Tensor:
@@ -216,15 +216,9 @@ class Skeinformer(AttentionMethod):
         q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
         batch, _, seq_len, _ = q.shape
         if self.options.num_samples >= seq_len:  # every column is drawn: exact softmax attention
-            mask = None if key_padding_mask is None else key_padding_mask[:, None, None, :]
-            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scaling)
+            return exact_attention(q, k, v, key_padding_mask, scaling)
         real = real_mask(key_padding_mask, batch, seq_len, q.device)
         return skeinformer_attention(q, k, v, real, scaling, self.options, self.generator(q.device))
-
-
-@dataclass
-class VMeanOptions(MethodOptions):
-    """V-Mean has no options."""
 
 
 @register_method
@@ -232,7 +226,6 @@ class VMean(AttentionMethod):
     """(1/m) 1 1^T V (seed 000, section 5): every query outputs the mean of the real value rows."""
 
     name = "vmean"
-    options_cls = VMeanOptions
 
     def attend(self, q, k, v, key_padding_mask, scaling):
         batch, _, seq_len, _ = q.shape

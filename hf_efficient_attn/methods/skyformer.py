@@ -157,11 +157,6 @@ def skyformer_attention(
 
 
 @dataclass
-class KernelizedOptions(MethodOptions):
-    """Exact kernelized attention (seed 002, eq. 3) has no options."""
-
-
-@dataclass
 class SkyformerOptions(MethodOptions):
     # d, the columns of S (the paper's and official code's nb_features). Seed 002, section 5,
     # Implementation Details: "we control the number of features to be 128 used in all methods".
@@ -201,7 +196,6 @@ class KernelizedAttention(_GaussianKernelMethod):
     """kappa(Q / p^(1/4), K / p^(1/4)) V, exactly (seed 002, eq. 3; quadratic)."""
 
     name = "kernelized"
-    options_cls = KernelizedOptions
 
     def gaussian_attend(self, q, k, v, key_padding_mask, data_scale):
         return kernelized_attention(q, k, v, key_padding_mask, data_scale)

@@ -2,30 +2,29 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 import torch.nn.functional as F
 
 from ..registry import register_method
-from .base import AttentionMethod, MethodOptions
+from .base import AttentionMethod
 
 
-@dataclass
-class SoftmaxOptions(MethodOptions):
-    """Exact attention has no options."""
+def exact_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_padding_mask: torch.Tensor | None, scaling: float
+) -> torch.Tensor:
+    """softmax(Q K^T * scaling) V over the real keys, by SDPA (flash / memory-efficient kernels)."""
+    mask = None if key_padding_mask is None else key_padding_mask[:, None, None, :]
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scaling)
 
 
 @register_method
 class SoftmaxAttention(AttentionMethod):
-    """softmax(Q K^T * scaling) V, computed by SDPA (flash / memory-efficient kernels)."""
+    """Exact softmax attention (no options)."""
 
     name = "softmax"
-    options_cls = SoftmaxOptions
 
     def attend(self, q, k, v, key_padding_mask, scaling):
-        mask = None if key_padding_mask is None else key_padding_mask[:, None, None, :]
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scaling)
+        return exact_attention(q, k, v, key_padding_mask, scaling)
 
 
 def softmax_reference(
