@@ -85,17 +85,27 @@ def test_initialisation_is_xavier_uniform_with_gain_one_over_sqrt2():
         assert abs(param.var().item() - bound**2 / 3) < 0.1 * bound**2 / 3
 
 
+class Attention(nn.Module):
+    """Stands for a model's self-attention module, which holds its method as ``efficient_attn``."""
+
+    def __init__(self, method):
+        super().__init__()
+        self.efficient_attn = method
+
+
 class Stack(nn.Module):
     def __init__(self, layers):
         super().__init__()
-        self.layers = nn.ModuleList(layers)
+        self.attention = nn.ModuleList(Attention(layer) for layer in layers)
+        self.layers = [a.efficient_attn for a in self.attention]
 
 
 def shared_stack(num_layers=3, **options):
     layers = [make(layer_idx=i, **options) for i in range(num_layers)]
+    stack = Stack(layers)
     for layer in layers[1:]:
-        layer.share_from(layers[0])  # what patch_model does
-    return Stack(layers)
+        layer.share_from(stack.attention[0])  # what patch_model does
+    return stack
 
 
 def test_layerwise_sharing_shares_one_tensor_saved_once():
@@ -104,7 +114,7 @@ def test_layerwise_sharing_shares_one_tensor_saved_once():
     for layer in stack.layers:
         e, f = layer.projections()
         assert e is first and f is first
-    assert list(stack.state_dict()) == ["layers.0.e_proj"]
+    assert list(stack.state_dict()) == ["attention.0.efficient_attn.e_proj"]
     assert sum(p.numel() for p in stack.parameters()) == first.numel()
     # One gradient accumulates from every layer into the single shared tensor.
     q, k, v = qkv(dtype=torch.float32)
@@ -148,3 +158,20 @@ def test_too_long_sequence_names_the_maximum():
 def test_invalid_options_are_rejected(options):
     with pytest.raises(ValueError, match="k|sharing"):
         make(**options)
+
+
+def test_functional_api_takes_the_k_option_and_is_deterministic():
+    q, k, v = qkv(dtype=torch.float32)
+    first = hea.efficient_attention(q, k, v, method="linformer", k=8)
+    torch.testing.assert_close(hea.efficient_attention(q, k, v, method="linformer", k=8), first, atol=0, rtol=0)
+    state = torch.get_rng_state()
+    hea.efficient_attention(q, k, v, method="linformer", k=8)
+    assert torch.equal(torch.get_rng_state(), state)  # the caller's random stream is untouched
+
+
+def test_left_padding_is_refused_with_the_fix():
+    q, k, v = qkv(batch=1, seq=20)
+    mask = torch.ones(1, 20, dtype=torch.bool)
+    mask[:, :5] = False  # left padding: real tokens would meet other columns of E than unpadded
+    with pytest.raises(ValueError, match="padding_side = 'right'"):
+        make(k=6).double()(q, k, v, mask)

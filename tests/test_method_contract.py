@@ -36,17 +36,18 @@ def test_shape_any_length(name, seq):
     assert torch.isfinite(out).all()
 
 
-@pytest.mark.parametrize("name", METHODS)
+@pytest.mark.parametrize("name", [n for n in METHODS if not get_method_class(n).padding_invariant])
 def test_padded_keys_get_no_weight(name):
-    """Changing the keys and values of padded tokens leaves every real output unchanged."""
+    """Methods whose samples depend on the padded length (the others are covered by
+    ``test_appending_padding_keeps_real_outputs``): with one constant value row for every real key,
+    normalised attention returns exactly that row; any weight on a padded key (whose value the
+    contract zeroes) would shrink it."""
     method, mask = make_method(name), padding_mask()
-    q, k, v = make_qkv()
-    k2, v2 = k.clone(), v.clone()
-    k2[1, :, REAL:] = torch.randn_like(k2[1, :, REAL:]) * 10
-    v2[1, :, REAL:] = torch.randn_like(v2[1, :, REAL:]) * 10
-    out, out2 = method(q, k, v, mask), method(q, k2, v2, mask)
-    torch.testing.assert_close(out[1, :, :REAL], out2[1, :, :REAL], atol=1e-5, rtol=1e-4)
-    assert torch.isfinite(out).all() and (out[1, :, REAL:] == 0).all()
+    q, k, _ = make_qkv()
+    v = torch.randn(1, 1, 1, DIM).expand(BATCH, HEADS, SEQ, DIM)
+    out = method(q, k, v, mask)
+    torch.testing.assert_close(out[1, :, :REAL], v[1, :, :REAL], atol=1e-5, rtol=1e-4)
+    assert (out[1, :, REAL:] == 0).all()
 
 
 @pytest.mark.parametrize("name", METHODS)
@@ -82,6 +83,56 @@ def test_dtypes_forward_backward_finite(name, dtype):
     for t in (q, k, v):
         assert t.grad is not None and torch.isfinite(t.grad).all()
     assert v.grad.abs().sum() > 0
+
+
+#: Methods that run SDPA in the input's dtype (its fused kernel accumulates in fp32, but rounds
+#: intermediates to the input dtype); every other method computes half inputs in fp32.
+INPUT_DTYPE_METHODS = {"softmax", "linformer"}
+
+
+@pytest.mark.parametrize("name", METHODS)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_matches_fp32(name, dtype):
+    """fp16/bf16 inputs give the fp32 computation on the same (rounded) inputs: rounded once at the
+    end, bit for bit, for methods that compute in fp32; within half a unit of rounding on average
+    for those that run SDPA in the input dtype."""
+    seq, real = 300, 200
+    method = build_method(name, {"k": 16} if name == "linformer" else {}, AttentionShape(HEADS, 32, 512))
+    method = method.eval().to(dtype)  # parameters and buffers in dtype, as in a half-precision model
+    q, k, v = (torch.randn(BATCH, HEADS, seq, 32).mul(0.5).to(dtype) for _ in range(3))
+    mask = torch.ones(BATCH, seq, dtype=torch.bool)
+    mask[1, real:] = False
+    low = method(q, k, v, mask)
+    reference = method(q.float(), k.float(), v.float(), mask)
+    if name in INPUT_DTYPE_METHODS:
+        relative = (low.float() - reference).abs().mean() / reference.abs().mean()
+        assert relative <= torch.finfo(dtype).eps / 2
+    else:
+        assert (low == reference.to(dtype)).float().mean() >= 0.99
+
+
+@pytest.mark.parametrize("name", [n for n in METHODS if get_method_class(n).approximates_softmax and n != "vmean"])
+def test_scaling_argument_is_used(name):
+    """At a budget that makes it exact (Performer: many features), a method given ``scaling`` is
+    closer to softmax attention with that scaling than with the default 1/sqrt(d); a method that
+    ignored it would be closer to the latter. (V-Mean ignores scores by design.)"""
+    seq = 64
+    options = {"mra2": {"block_per_row": 2}, "mra2_s": {"block_per_row": 2}, "nystromformer": {"num_landmarks": seq},
+               "skeinformer": {"num_samples": 4 * seq}, "informer": {"factor": 100}, "performer": {"num_features": 4096},
+               "linformer": {"k": seq}}.get(name, {})
+    method = build_method(name, options, AttentionShape(HEADS, DIM, seq)).eval().double()
+    if name == "linformer":  # identity projections with k = n: exact softmax
+        with torch.no_grad():
+            method.e_proj.copy_(torch.eye(seq))
+    q, k, v = (torch.randn(BATCH, HEADS, seq, DIM, dtype=torch.float64) * 0.5 for _ in range(3))
+    scaling = 4 * DIM**-0.5
+
+    def exact(scale):
+        return torch.softmax(q @ k.transpose(-1, -2) * scale, -1) @ v
+
+    out = method(q, k, v, None, scaling)
+    error_to = {scale: ((out - exact(scale)).norm() / exact(scale).norm()).item() for scale in (scaling, DIM**-0.5)}
+    assert error_to[scaling] < error_to[DIM**-0.5], error_to
 
 
 @pytest.mark.parametrize("name", METHODS)
@@ -138,3 +189,27 @@ def test_cross_attention_is_rejected():
     q, k, v = make_qkv()
     with pytest.raises(ValueError, match="Cross-attention"):
         make_method("softmax")(q, k[:, :, :10], v[:, :, :10])
+
+
+@pytest.mark.parametrize("name", METHODS)
+def test_options_validate_on_construction(name):
+    """Every options dataclass checks its values when built, not only through the registry."""
+    options_cls = get_method_class(name).options_cls
+    defaults = options_cls().to_dict()
+    for option, value in defaults.items():
+        bad = "not a valid value" if not isinstance(value, str) else 3.5
+        with pytest.raises(ValueError, match=option):
+            options_cls(**{option: bad})
+
+
+@pytest.mark.parametrize("attn_config", [["block_per_row", 2], "block_per_row=2", 3])
+def test_attn_config_must_be_a_dict(attn_config):
+    with pytest.raises(ValueError, match="attn_config must be a dict"):
+        build_method("mra2", attn_config, AttentionShape(HEADS, DIM, 128))
+
+
+@pytest.mark.parametrize("name", [n for n in METHODS if "seed" in hea.method_options(n)])
+def test_seeds_are_non_negative_integers(name):
+    for seed in (-1, 1.5, True):
+        with pytest.raises(ValueError, match="seed"):
+            make_method(name, seed=seed)

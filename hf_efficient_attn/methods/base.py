@@ -15,6 +15,10 @@ import torch
 from torch import nn
 
 
+#: Attribute of a self-attention module that holds its method (set by ``patch_model``).
+METHOD_ATTRIBUTE = "efficient_attn"
+
+
 @dataclass(frozen=True)
 class AttentionShape:
     """What a method needs to know about the layer it is attached to."""
@@ -27,8 +31,8 @@ class AttentionShape:
 
 def check_positive(name: str, value: Any, *, allow_zero: bool = False) -> None:
     """Raise ``ValueError`` unless ``value`` is a positive (or non-negative) number."""
-    lower_ok = value >= 0 if allow_zero else value > 0
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not lower_ok:
+    is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not is_number or not (value >= 0 if allow_zero else value > 0):
         allowed = "a non-negative number" if allow_zero else "a positive number"
         raise ValueError(f"option {name!r} must be {allowed}, got {value!r}")
 
@@ -50,7 +54,10 @@ def check_choice(name: str, value: Any, allowed: Iterable[Any]) -> None:
 @dataclass
 class MethodOptions:
     """Base options dataclass, used as is by methods without options; subclasses add fields
-    (paper defaults) and ``validate``."""
+    (paper defaults) and ``validate``, which runs on construction."""
+
+    def __post_init__(self) -> None:
+        self.validate()
 
     def validate(self) -> None:
         """Raise ``ValueError`` for an option value the method cannot use."""
@@ -128,11 +135,16 @@ class AttentionMethod(nn.Module):
         """Compute attention; ``key_padding_mask`` is None when there is no padding."""
         raise NotImplementedError
 
-    def share_from(self, first_layer: "AttentionMethod") -> None:
+    def reset_parameters(self) -> None:
+        """(Re)initialise the method's own parameters and buffers; called when a model is built
+        by ``from_pretrained`` for those missing from the checkpoint. Methods without any keep
+        this no-op; ``nn.Conv2d`` submodules are initialised by Transformers itself."""
+
+    def share_from(self, first_layer: nn.Module) -> None:
         """Called by ``patch_model`` on every layer after the first with the first layer's
-        method; methods that share state across layers (Linformer's layerwise sharing)
-        override it. Shared state must not be registered as a submodule here, so that it is
-        saved once, in the first layer."""
+        self-attention module (its method is ``first_layer.efficient_attn``); methods that share
+        state across layers (Linformer's layerwise sharing) override it. Shared state must not be
+        registered as a submodule here, so that it is saved once, in the first layer."""
 
     def generator(self, device: torch.device) -> torch.Generator | None:
         """A generator seeded by the ``seed`` option in eval mode (reproducible inference);

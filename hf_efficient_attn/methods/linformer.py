@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..registry import register_method
-from .base import AttentionMethod, AttentionShape, MethodOptions, check_choice, check_int
+from .base import METHOD_ATTRIBUTE, AttentionMethod, AttentionShape, MethodOptions, check_choice, check_int
 
 #: Sharing levels of seed 004, section 4 "Parameter sharing between projections", plus "none"
 #: (separate E_i, F_i for every head i, the unshared form of Eq. (7)).
@@ -37,18 +37,37 @@ class LinformerOptions(MethodOptions):
     sharing: str = "layerwise"
 
     def validate(self) -> None:
-        if isinstance(self.k, bool) or not isinstance(self.k, int):
-            raise ValueError(f"option 'k' (projected dimension) must be an integer, got {self.k!r}")
         check_int("k", self.k, 1)
         check_choice("sharing", self.sharing, SHARING_MODES)
 
 
-def _init_projection(shape: tuple[int, ...]) -> nn.Parameter:
-    """Xavier-uniform with gain 1/sqrt(2), as the official fairseq Linformer initialises its
-    ``compress_k`` / ``compress_v`` weights (the paper itself does not state an initialisation)."""
-    k, max_seq_len = shape[-2:]
+def _init_projection_(param: torch.Tensor) -> None:
+    """Xavier-uniform with gain 1/sqrt(2), in place, as the official fairseq Linformer initialises
+    its ``compress_k`` / ``compress_v`` weights (the paper itself does not state an initialisation).
+    ``nn.init`` so that Transformers' loading skips projections read from the checkpoint."""
+    k, max_seq_len = param.shape[-2:]
     bound = math.sqrt(3.0 / (k + max_seq_len))  # gain * sqrt(6 / (fan_in + fan_out)), gain = 1/sqrt(2)
-    return nn.Parameter(torch.empty(shape).uniform_(-bound, bound))
+    nn.init.uniform_(param, -bound, bound)
+
+
+class _FirstLayer:
+    """The first layer's self-attention module, whose method owns the layerwise-shared E.
+
+    Looked up at every call, so a wrapper installed later is followed (PEFT's
+    ``modules_to_save`` replaces ``efficient_attn`` by a wrapper whose trainable copy holds the
+    E that is trained and saved with the adapter). Not a submodule: E is saved once, in the first
+    layer. A deepcopy of a whole model points the copy at the copy's first layer; a deepcopy of
+    one layer's method alone (PEFT's copies) keeps pointing at the model's first layer.
+    """
+
+    def __init__(self, attention: nn.Module):
+        self.attention = attention
+
+    def method(self) -> nn.Module:
+        return getattr(self.attention, METHOD_ATTRIBUTE)
+
+    def __deepcopy__(self, memo: dict) -> "_FirstLayer":
+        return _FirstLayer(memo.get(id(self.attention), self.attention))
 
 
 @register_method
@@ -63,24 +82,30 @@ class Linformer(AttentionMethod):
         super().__init__(options, shape)
         per_head = (shape.num_heads,) if options.sharing == "none" else ()
         proj_shape = per_head + (options.k, shape.max_seq_len)
-        self.e_proj = _init_projection(proj_shape)
+        self.e_proj = nn.Parameter(torch.empty(proj_shape))
         # "key-value" and "layerwise" use one matrix for keys and values (E_i = F_i = E).
-        self.f_proj = _init_projection(proj_shape) if options.sharing in ("none", "headwise") else None
-        self._shared_from: Linformer | None = None
+        self.f_proj = nn.Parameter(torch.empty(proj_shape)) if options.sharing in ("none", "headwise") else None
+        self._first_layer: _FirstLayer | None = None
+        self.reset_parameters()
 
-    def share_from(self, first_layer: AttentionMethod) -> None:
+    def reset_parameters(self) -> None:
+        for param in self.parameters(recurse=False):
+            _init_projection_(param)
+
+    def share_from(self, first_layer: nn.Module) -> None:
         """Layerwise sharing: drop this layer's E and use the first layer's, which stays the only
-        registered copy (stored with ``object.__setattr__`` so it is not a submodule)."""
+        registered copy."""
         if self.options.sharing != "layerwise":
             return
-        if not isinstance(first_layer, Linformer) or first_layer.e_proj.shape != self.e_proj.shape:
+        first = getattr(first_layer, METHOD_ATTRIBUTE)
+        if not isinstance(first, Linformer) or first.e_proj.shape != self.e_proj.shape:
             raise ValueError("linformer layerwise sharing needs a first layer with the same options and max_seq_len")
         del self.e_proj
-        object.__setattr__(self, "_shared_from", first_layer)
+        self._first_layer = _FirstLayer(first_layer)
 
     def projections(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(E, F) used by this layer, each (k, max_seq_len) or (heads, k, max_seq_len)."""
-        owner = self._shared_from if self._shared_from is not None else self
+        owner = self if self._first_layer is None else self._first_layer.method()
         e = owner.e_proj
         return e, (e if owner.f_proj is None else owner.f_proj)
 
@@ -94,8 +119,13 @@ class Linformer(AttentionMethod):
             )
         # Padded keys/values arrive zeroed (base class): E K sums over real tokens only, exactly what
         # the unpadded sequence gives when padding is on the right (Transformers' default for these
-        # encoders; with left padding the real tokens would meet other columns of E, F). The
-        # official code does not mask; our choice.
+        # encoders). With padding elsewhere the real tokens would meet other columns of E, F than
+        # unpadded, so it is refused. The official code does not mask; our choice.
+        if key_padding_mask is not None and bool((key_padding_mask[:, 1:] & ~key_padding_mask[:, :-1]).any()):
+            raise ValueError(
+                "linformer: its projections E, F are tied to positions, so padding must be on the right "
+                "(tokenizer.padding_side = 'right'); got a real token after a padded one"
+            )
         e, f = self.projections()
         # Shorter inputs use the first n columns of E, F, as the official fairseq code does.
         e, f = e[..., :seq_len].to(k.dtype), f[..., :seq_len].to(v.dtype)

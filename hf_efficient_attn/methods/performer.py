@@ -40,11 +40,8 @@ class PerformerOptions(MethodOptions):
     redraw: bool = False
 
     def validate(self) -> None:
-        if isinstance(self.num_features, bool) or not isinstance(self.num_features, int):
-            raise ValueError(f"option 'num_features' must be an integer, got {self.num_features!r}")
         check_int("num_features", self.num_features, 1)
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
-            raise ValueError(f"option 'seed' must be an integer, got {self.seed!r}")
+        check_int("seed", self.seed, 0)
         if not isinstance(self.redraw, bool):
             raise ValueError(f"option 'redraw' must be True or False, got {self.redraw!r}")
 
@@ -111,12 +108,18 @@ class Performer(AttentionMethod):
 
     def __init__(self, options: PerformerOptions, shape: AttentionShape):
         super().__init__(options, shape)
-        generator = torch.Generator().manual_seed(options.seed + 1000 * shape.layer_idx)
         # Non-persistent: regenerated from ``seed`` (saved in config.attn_config), so checkpoints
         # stay free of extra tensors and a plain checkpoint loads without "new weights". One
         # matrix per layer, shared by the heads, as in the official code.
-        features = orthogonal_gaussian_features(options.num_features, shape.head_dim, generator)
-        self.register_buffer("features", features, persistent=False)
+        self.register_buffer("features", self._seeded_features(), persistent=False)
+
+    def _seeded_features(self) -> torch.Tensor:
+        generator = torch.Generator().manual_seed(self.options.seed + 1000 * self.shape.layer_idx)
+        return orthogonal_gaussian_features(self.options.num_features, self.shape.head_dim, generator)
+
+    def reset_parameters(self) -> None:
+        with torch.no_grad():
+            self.features.copy_(self._seeded_features())
 
     def attend(self, q, k, v, key_padding_mask, scaling):
         dtype = compute_dtype(q)  # exponentials and the normaliser need fp32 under fp16/bf16
