@@ -1,132 +1,91 @@
-"""``AutoModel*`` classes whose ``from_pretrained`` takes ``attn_impl`` / ``attn_config``.
+"""``AutoModel*`` classes whose ``from_pretrained`` / ``from_config`` take ``attn_impl`` / ``attn_config``.
 
-Loading is Transformers' own ``from_pretrained`` followed by :func:`patch_model`; the
-parameters a method adds (Linformer projections, convolutions) are then read from the
-checkpoint when it has them, and reported as newly initialised when it does not.
+``from_pretrained`` resolves the config as Transformers' own ``AutoModel*`` does (config keyword
+arguments such as ``num_labels=`` reach the config; hub options reach both), records the method in
+the config, and loads the efficient subclass of the architecture's class (``patching.py``): the
+method is built before the weights load, so its parameters are read from the checkpoint like any
+other weight and Transformers' own load report lists the missing ones as newly initialised.
+
+Which method runs:
+
+- ``attn_impl=`` names it; without it, the method saved in the checkpoint's config is restored, and a
+  plain checkpoint loads unchanged. ``attn_config`` updates the saved options of the same method.
+- ``attn_implementation=`` (Transformers' argument) may name a method too; naming a different one than
+  ``attn_impl``, or a Transformers implementation (``"sdpa"``, ``"eager"``) together with a method, is a
+  ``ValueError`` (load with ``transformers.AutoModel*`` or call ``hea.unpatch_model`` for plain attention).
+- ``attn_config`` without a method (neither given nor saved) is a ``ValueError``.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
-from typing import Any, Iterator
+from typing import Any
 
-import torch
 import transformers
-from safetensors import safe_open
 from transformers import AutoConfig, PretrainedConfig, PreTrainedModel
-from transformers.models.auto.auto_factory import _get_model_class
-from transformers.utils import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME, WEIGHTS_NAME, cached_file
-from transformers.utils import logging
 
-from .bridge import METHOD_ATTRIBUTE, SELF_ATTENTION_CLASSES, patch_model
-from .registry import resolve_options
+from .bridge import check_supported
+from .patching import efficient_class, patch_model
+from .registry import list_methods, resolve_options
 
-logger = logging.get_logger(__name__)
-
-_HUB_KWARGS = ("cache_dir", "force_download", "local_files_only", "token", "revision", "subfolder")
-_METHOD_KEY = rf"\.{METHOD_ATTRIBUTE}\."
+#: Keyword arguments that locate files, passed to both the config and the model (as Transformers' AutoModel).
+_HUB_KWARGS = ("cache_dir", "force_download", "local_files_only", "proxies", "revision", "subfolder", "token")
+#: Model keyword arguments that the config must not absorb (as Transformers' AutoModel).
+_MODEL_ONLY_KWARGS = ("dtype", "torch_dtype", "quantization_config")
 
 
-def _encoder_suffix(key: str) -> str:
-    """``bert.encoder.layer.0...`` and ``encoder.layer.0...`` name the same parameter."""
-    return key[key.index("encoder.") :] if "encoder." in key else key
-
-
-def _checkpoint_files(path: str, hub_kwargs: dict[str, Any]) -> list[str]:
-    for name in (SAFE_WEIGHTS_NAME, WEIGHTS_NAME):
-        file = cached_file(path, name, _raise_exceptions_for_missing_entries=False, **hub_kwargs)
-        if file is not None:
-            return [file]
-    index = cached_file(path, SAFE_WEIGHTS_INDEX_NAME, _raise_exceptions_for_missing_entries=False, **hub_kwargs)
-    if index is None:
-        return []
-    with open(index) as f:
-        shards = sorted(set(json.load(f)["weight_map"].values()))
-    return [cached_file(path, shard, **hub_kwargs) for shard in shards]
-
-
-def _method_tensors(path: str, hub_kwargs: dict[str, Any]) -> dict[str, torch.Tensor]:
-    """Tensors of method modules stored in a checkpoint, keyed by their encoder suffix."""
-    tensors = {}
-    for file in _checkpoint_files(path, hub_kwargs):
-        if file.endswith(".safetensors"):
-            with safe_open(file, framework="pt") as f:
-                tensors.update({k: f.get_tensor(k) for k in f.keys() if f".{METHOD_ATTRIBUTE}." in k})
-        else:
-            state = torch.load(file, map_location="cpu", weights_only=True)
-            tensors.update({k: v for k, v in state.items() if f".{METHOD_ATTRIBUTE}." in k})
-    return {_encoder_suffix(k): v for k, v in tensors.items()}
-
-
-def load_method_parameters(model: PreTrainedModel, path: str, hub_kwargs: dict[str, Any]) -> None:
-    """Copy the method parameters stored at ``path`` into ``model``; log those that are new."""
-    wanted = {k: v for k, v in model.state_dict().items() if f".{METHOD_ATTRIBUTE}." in k}
-    if not wanted:
-        return
-    stored = _method_tensors(path, hub_kwargs)
-    new = []
-    with torch.no_grad():
-        for key, target in wanted.items():
-            source = stored.get(_encoder_suffix(key))
-            if source is None:
-                new.append(key)
-            elif source.shape != target.shape:
-                raise ValueError(
-                    f"{key}: checkpoint has shape {tuple(source.shape)} but the method "
-                    f"{model.config.attn_impl!r} with {model.config.attn_config} expects {tuple(target.shape)}"
-                )
-            else:
-                target.copy_(source)
-    if new:
-        logger.warning(
-            f"{len(new)} parameter(s) added by attention method {model.config.attn_impl!r} are newly initialised "
-            f"(not in {path}); train them before use: {new[:4]}{' ...' if len(new) > 4 else ''}"
-        )
-
-
-@contextlib.contextmanager
-def _quiet_about_method_keys(model_class: type[PreTrainedModel]) -> Iterator[None]:
-    """Transformers loads the plain model first; method keys are handled afterwards."""
-    before = model_class.__dict__.get("_keys_to_ignore_on_load_unexpected", None)
-    had_own = "_keys_to_ignore_on_load_unexpected" in model_class.__dict__
-    model_class._keys_to_ignore_on_load_unexpected = set(model_class._keys_to_ignore_on_load_unexpected or []) | {
-        _METHOD_KEY
-    }
-    try:
-        yield
-    finally:
-        if had_own:
-            model_class._keys_to_ignore_on_load_unexpected = before
-        else:
-            del model_class._keys_to_ignore_on_load_unexpected
-
-
-def _chosen_method(
-    config: PretrainedConfig, attn_impl: str | None, attn_config: dict[str, Any] | None
-) -> tuple[str | None, dict[str, Any]]:
-    """The method to use: the argument, else the one saved in the config; options merged."""
+def chosen_method(
+    config: PretrainedConfig,
+    attn_impl: str | None,
+    attn_config: dict[str, Any] | None,
+    attn_implementation: str | None = None,
+) -> tuple[str | None, dict[str, Any] | None]:
+    """(method, options) to load ``config`` with, or (None, None) for plain Transformers (module docstring)."""
     saved = getattr(config, "attn_impl", None)
+    if attn_implementation in list_methods():
+        if attn_impl not in (None, attn_implementation):
+            raise ValueError(
+                f"attn_impl={attn_impl!r} and attn_implementation={attn_implementation!r} name different "
+                "methods; give one of them"
+            )
+        attn_impl = attn_implementation
+    elif attn_implementation is not None and (attn_impl or saved):
+        raise ValueError(
+            f"attn_implementation={attn_implementation!r} would run Transformers' attention, but the efficient "
+            f"method {attn_impl or saved!r} is {'requested' if attn_impl else 'saved in the config'}; to load "
+            "plain attention use transformers.AutoModel*.from_pretrained, or hf_efficient_attn.unpatch_model"
+        )
     name = attn_impl or saved
     if name is None:
-        return None, {}
-    if config.model_type not in SELF_ATTENTION_CLASSES:
-        raise ValueError(
-            f"unsupported model type {config.model_type!r}; supported: {', '.join(sorted(SELF_ATTENTION_CLASSES))}"
-        )
-    saved_options = (getattr(config, "attn_config", None) or {}) if name == saved else {}
-    options = {**saved_options, **(attn_config or {})}
-    return name, resolve_options(name, options).to_dict()
+        if attn_config is not None:
+            raise ValueError(
+                "attn_config was given without attn_impl, and the checkpoint's config saves no method; "
+                f"name one with attn_impl= (known methods: {', '.join(list_methods())})"
+            )
+        return None, None
+    check_supported(config, name)
+    base = getattr(config, "attn_config", None) if name == saved else None
+    return name, resolve_options(name, attn_config, base=base).to_dict()
 
 
 class _EfficientAutoModel:
-    """Shared ``from_pretrained`` / ``from_config``; subclasses name the Transformers auto class."""
+    """Shared ``from_pretrained`` / ``from_config``; subclasses name the Transformers auto class
+    and its public model mapping."""
 
     _auto_class: type
+    _mapping: Any
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         raise EnvironmentError(f"use {type(self).__name__}.from_pretrained(...) or .from_config(...)")
+
+    @classmethod
+    def _model_class(cls, config: PretrainedConfig) -> type[PreTrainedModel]:
+        try:
+            return cls._mapping[type(config)]
+        except KeyError:
+            raise ValueError(
+                f"{cls.__name__} has no {config.model_type!r} model; use another hf_efficient_attn.AutoModel* class"
+            ) from None
 
     @classmethod
     def from_pretrained(
@@ -137,22 +96,25 @@ class _EfficientAutoModel:
         attn_config: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> PreTrainedModel:
-        """Load a checkpoint and swap its self-attention to ``attn_impl``.
-
-        Without ``attn_impl`` the method saved in the checkpoint's config is restored (and a
-        plain checkpoint loads unchanged). ``attn_config`` overrides the method's options.
-        """
+        """Load a checkpoint with its self-attention swapped to ``attn_impl`` (module docstring);
+        every other keyword argument behaves as in ``transformers.AutoModel*.from_pretrained``."""
         path = str(pretrained_model_name_or_path)
-        hub_kwargs = {k: kwargs[k] for k in _HUB_KWARGS if k in kwargs}
-        config = kwargs.pop("config", None) or AutoConfig.from_pretrained(path, **hub_kwargs)
-        name, options = _chosen_method(config, attn_impl, attn_config)
-        model_class = _get_model_class(config, cls._auto_class._model_mapping)
-        with _quiet_about_method_keys(model_class):
-            model = model_class.from_pretrained(path, *model_args, config=config, **kwargs)
+        hub_kwargs = {k: kwargs.pop(k) for k in _HUB_KWARGS if k in kwargs}
+        model_kwargs = {k: kwargs.pop(k) for k in _MODEL_ONLY_KWARGS if k in kwargs}
+        attn_implementation = kwargs.pop("attn_implementation", None)
+        config = kwargs.pop("config", None)
+        if not isinstance(config, PretrainedConfig):
+            config, kwargs = AutoConfig.from_pretrained(
+                config or path, return_unused_kwargs=True, **hub_kwargs, **kwargs
+            )
+        name, options = chosen_method(config, attn_impl, attn_config, attn_implementation)
+        model_class = cls._model_class(config)
         if name is not None:
-            patch_model(model, name, options)
-            load_method_parameters(model, path, hub_kwargs)
-        return model
+            config.attn_impl, config.attn_config = name, options
+            model_class = efficient_class(model_class)
+        elif attn_implementation is not None:
+            model_kwargs["attn_implementation"] = attn_implementation
+        return model_class.from_pretrained(path, *model_args, config=config, **hub_kwargs, **model_kwargs, **kwargs)
 
     @classmethod
     def from_config(
@@ -163,20 +125,26 @@ class _EfficientAutoModel:
         **kwargs: Any,
     ) -> PreTrainedModel:
         """A freshly initialised model with ``attn_impl`` (or the config's saved method)."""
-        name, options = _chosen_method(config, attn_impl, attn_config)
+        attn_implementation = kwargs.pop("attn_implementation", None)
+        name, options = chosen_method(config, attn_impl, attn_config, attn_implementation)
+        if name is None and attn_implementation is not None:
+            kwargs["attn_implementation"] = attn_implementation
         model = cls._auto_class.from_config(config, **kwargs)
         return patch_model(model, name, options) if name is not None else model
 
 
-def _auto(name: str) -> type:
+def _auto(name: str, mapping: str) -> type:
     auto_class = getattr(transformers, name)
-    doc = f"``transformers.{name}`` with ``attn_impl=`` / ``attn_config=`` (see :class:`_EfficientAutoModel`)."
-    return type(name, (_EfficientAutoModel,), {"_auto_class": auto_class, "__doc__": doc, "__module__": __name__})
+    doc = f"``transformers.{name}`` with ``attn_impl=`` / ``attn_config=`` (see the module docstring)."
+    attributes = {"_auto_class": auto_class, "_mapping": getattr(transformers, mapping), "__doc__": doc,
+                  "__module__": __name__}
+    return type(name, (_EfficientAutoModel,), attributes)
 
 
-AutoModel = _auto("AutoModel")
-AutoModelForMaskedLM = _auto("AutoModelForMaskedLM")
-AutoModelForSequenceClassification = _auto("AutoModelForSequenceClassification")
-AutoModelForMultipleChoice = _auto("AutoModelForMultipleChoice")
-AutoModelForTokenClassification = _auto("AutoModelForTokenClassification")
-AutoModelForQuestionAnswering = _auto("AutoModelForQuestionAnswering")
+AutoModel = _auto("AutoModel", "MODEL_MAPPING")
+AutoModelForMaskedLM = _auto("AutoModelForMaskedLM", "MODEL_FOR_MASKED_LM_MAPPING")
+AutoModelForPreTraining = _auto("AutoModelForPreTraining", "MODEL_FOR_PRETRAINING_MAPPING")
+AutoModelForSequenceClassification = _auto("AutoModelForSequenceClassification", "MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING")
+AutoModelForMultipleChoice = _auto("AutoModelForMultipleChoice", "MODEL_FOR_MULTIPLE_CHOICE_MAPPING")
+AutoModelForTokenClassification = _auto("AutoModelForTokenClassification", "MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING")
+AutoModelForQuestionAnswering = _auto("AutoModelForQuestionAnswering", "MODEL_FOR_QUESTION_ANSWERING_MAPPING")

@@ -1,10 +1,10 @@
-"""The bridge to Transformers: registered attention/mask functions and ``patch_model``.
+"""The bridge to Transformers: the registered attention and mask functions.
 
 BERT-style models dispatch self-attention through ``ALL_ATTENTION_FUNCTIONS`` by
 ``config._attn_implementation``; every method name is registered there together with a
-mask function, so the layer's method module (attached by :func:`patch_model` as
-``self_attention.efficient_attn``) receives a key-padding mask. Longformer has its own
-attention class and gets a subclass instead (see ``longformer.py``).
+mask function, so the layer's method module (``self_attention.efficient_attn``, attached by
+``patch_model``) receives a key-padding mask. Longformer has its own attention class and gets
+a subclass instead (see ``longformer.py``).
 """
 
 from __future__ import annotations
@@ -13,13 +13,12 @@ from typing import Any, Callable
 
 import torch
 from torch import nn
-from transformers import AttentionInterface, PreTrainedModel
+from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface, bidirectional_mask_function
 
-from .long import install_length_check
 from .longformer import EfficientLongformerSelfAttention
-from .methods.base import AttentionMethod, AttentionShape
-from .registry import build_method, get_method_class, list_methods, resolve_options
+from .methods.base import METHOD_ATTRIBUTE, AttentionMethod, AttentionShape
+from .registry import build_method, on_register
 
 #: model_type -> class name of its self-attention module (adding an architecture is one line).
 SELF_ATTENTION_CLASSES: dict[str, str] = {
@@ -31,29 +30,50 @@ SELF_ATTENTION_CLASSES: dict[str, str] = {
     "longformer": "LongformerSelfAttention",
 }
 
-METHOD_ATTRIBUTE = "efficient_attn"
+
+def _check_model_type(config: Any, attn_impl: str) -> None:
+    if config.model_type not in SELF_ATTENTION_CLASSES:
+        raise ValueError(
+            f"attention method {attn_impl!r}: unsupported model type {config.model_type!r}; "
+            f"supported: {', '.join(sorted(SELF_ATTENTION_CLASSES))}"
+        )
 
 
-def _lazy_method(module: nn.Module) -> AttentionMethod:
-    """The method of a layer loaded by plain Transformers (``attn_implementation=name``).
+def check_supported(config: Any, attn_impl: str) -> None:
+    """``ValueError`` unless ``config`` is a supported encoder (not a decoder)."""
+    _check_model_type(config, attn_impl)
+    if getattr(config, "is_decoder", False) or getattr(config, "add_cross_attention", False):
+        raise ValueError(
+            f"attention method {attn_impl!r} supports bidirectional encoder self-attention only; "
+            "this model is configured as a decoder (is_decoder / add_cross_attention)"
+        )
+
+
+def layer_shape(config: Any, layer_idx: int) -> AttentionShape:
+    heads = config.num_attention_heads
+    return AttentionShape(heads, config.hidden_size // heads, config.max_position_embeddings, layer_idx)
+
+
+def _plain_transformers_method(module: nn.Module, name: str) -> AttentionMethod:
+    """The method of a layer loaded by plain Transformers (``attn_implementation=name``), built on
+    first use with the options saved in the config (when it names the same method) and registered
+    as a submodule, so ``.eval()`` / ``.train()`` / ``.to()`` reach it.
 
     Only parameter-free methods can be built here: learnable ones need ``patch_model`` so
     that their parameters exist before weights load and are saved with the model.
     """
     config = module.config
-    name = config._attn_implementation
-    cached = module.__dict__.get("_hea_lazy_method")
-    if cached is not None and cached.name == name:
-        return cached
+    check_supported(config, name)
     options = config.attn_config if getattr(config, "attn_impl", None) == name else None
-    method = build_method(name, options, _layer_shape(config, getattr(module, "layer_idx", None) or 0))
+    method = build_method(name, options, layer_shape(config, getattr(module, "layer_idx", None) or 0))
     if any(True for _ in method.parameters()):
         raise ValueError(
             f"attention method {name!r} with options {method.options.to_dict()} has learnable parameters; "
             "load the model with hf_efficient_attn.AutoModel*.from_pretrained(..., attn_impl=...) or "
             "hf_efficient_attn.patch_model(model, ...) instead of attn_implementation=..."
         )
-    module.__dict__["_hea_lazy_method"] = method  # not a submodule: nothing to save
+    method.to(next(module.parameters()).device).train(module.training)
+    module.add_module(METHOD_ATTRIBUTE, method)
     return method
 
 
@@ -95,7 +115,10 @@ def efficient_attention_forward(
     Attention-probability dropout is not applied: the approximations never form the
     probability matrix (the same choice as the official MRA/YOSO/Nystromformer code).
     """
-    method = getattr(module, METHOD_ATTRIBUTE, None) or _lazy_method(module)
+    name = module.config._attn_implementation
+    method = getattr(module, METHOD_ATTRIBUTE, None)
+    if method is None or method.name != name:
+        method = _plain_transformers_method(module, name)
     batch, _, seq_len, _ = query.shape
     out = method(query, key, value, key_padding_mask_from(attention_mask, batch, seq_len), scaling)
     return out.transpose(1, 2).contiguous(), None
@@ -130,61 +153,14 @@ def register_with_transformers(name: str) -> None:
     AttentionMaskInterface.register(name, key_padding_mask_function)
 
 
-def _layer_shape(config: Any, layer_idx: int) -> AttentionShape:
-    heads = config.num_attention_heads
-    return AttentionShape(heads, config.hidden_size // heads, config.max_position_embeddings, layer_idx)
-
-
 def self_attention_modules(model: nn.Module) -> list[nn.Module]:
-    model_type = model.config.model_type
-    if model_type not in SELF_ATTENTION_CLASSES:
-        raise ValueError(
-            f"unsupported model type {model_type!r}; supported: {', '.join(sorted(SELF_ATTENTION_CLASSES))}"
-        )
-    class_name = SELF_ATTENTION_CLASSES[model_type]
+    """The self-attention modules of a supported model, in layer order."""
+    _check_model_type(model.config, getattr(model.config, "attn_impl", None) or "any")
+    class_name = SELF_ATTENTION_CLASSES[model.config.model_type]
     modules = [m for m in model.modules() if type(m).__name__ == class_name or isinstance(m, EfficientLongformerSelfAttention)]
     if not modules:
         raise ValueError(f"found no {class_name} module in {type(model).__name__}")
     return modules
 
 
-def patch_model(
-    model: PreTrainedModel, attn_impl: str = "mra2", attn_config: dict[str, Any] | None = None
-) -> PreTrainedModel:
-    """Replace the self-attention of ``model`` by method ``attn_impl``, in place.
-
-    Each layer gets its own method module (``<self-attention>.efficient_attn``); the choice is
-    recorded in ``config.attn_impl`` / ``config.attn_config`` so that ``save_pretrained``
-    writes it and :mod:`hf_efficient_attn.auto` restores it.
-    """
-    config = model.config
-    get_method_class(attn_impl)  # unknown name -> ValueError listing the known ones
-    if getattr(config, "is_decoder", False) or getattr(config, "add_cross_attention", False):
-        raise ValueError(
-            f"attention method {attn_impl!r} supports bidirectional encoder self-attention only; "
-            "this model is configured as a decoder (is_decoder / add_cross_attention)"
-        )
-    options = resolve_options(attn_impl, attn_config)
-    modules = self_attention_modules(model)
-    first: AttentionMethod | None = None
-    for layer_idx, module in enumerate(modules):
-        if type(module).__name__ == "LongformerSelfAttention":
-            module.__class__ = EfficientLongformerSelfAttention  # same parameters, same state-dict keys
-        method = build_method(attn_impl, options.to_dict(), _layer_shape(config, layer_idx))
-        param = next(module.parameters())
-        method.to(device=param.device, dtype=param.dtype)
-        if first is None:
-            first = method
-        else:
-            method.share_from(first)
-        setattr(module, METHOD_ATTRIBUTE, method)
-    config.attn_impl = attn_impl
-    config.attn_config = options.to_dict()
-    if config.model_type != "longformer":
-        model.set_attn_implementation(attn_impl)
-    install_length_check(model)
-    return model
-
-
-for _name in list_methods():
-    register_with_transformers(_name)
+on_register(register_with_transformers)

@@ -22,13 +22,8 @@ class EfficientLongformerSelfAttention(LongformerSelfAttention):
         is_index_masked: torch.Tensor | None = None,
         is_index_global_attn: torch.Tensor | None = None,
         is_global_attn: bool | None = None,
-        output_attentions: bool = False,
+        output_attentions: bool = False,  # refused by the patched model (patching.py)
     ) -> tuple[torch.Tensor]:
-        if output_attentions:
-            raise ValueError(
-                f"attention method {self.efficient_attn.name!r} does not form attention probabilities; "
-                "call the model with output_attentions=False"
-            )
         batch, seq_len, _ = hidden_states.shape
         heads = (batch, seq_len, self.num_heads, self.head_dim)
         q, k, v = (proj(hidden_states).view(heads).transpose(1, 2) for proj in (self.query, self.key, self.value))

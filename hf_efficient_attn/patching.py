@@ -1,0 +1,197 @@
+"""Patching a model: ``patch_model`` / ``unpatch_model`` and the efficient model classes.
+
+A patched model is an instance of an *efficient subclass* of its Transformers class (same name,
+defined in this module, built on demand), which
+
+- builds the method modules in ``__init__`` when ``config.attn_impl`` names a method, so that
+  ``from_pretrained`` loads the method's parameters (Linformer's projections) as ordinary weights
+  and Transformers reports the missing ones as newly initialised, like any new head;
+- initialises method parameters missing from a checkpoint in ``initialize_weights``;
+- keeps ``config.attn_impl`` true to what runs: ``set_attn_implementation("sdpa")`` unpatches,
+  ``set_attn_implementation("yoso")`` re-patches.
+
+``patch_model`` on an already-built model swaps its class to the efficient subclass (as
+BetterTransformer swaps layers) and ``unpatch_model`` swaps it back.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import transformers
+from torch import nn
+from transformers import PreTrainedModel
+from transformers.initialization import guard_torch_init_functions
+from transformers.models.longformer.modeling_longformer import LongformerSelfAttention
+
+from .bridge import check_supported, layer_shape, self_attention_modules
+from .long import max_tokens
+from .longformer import EfficientLongformerSelfAttention
+from .methods.base import METHOD_ATTRIBUTE, AttentionMethod
+from .registry import build_method, get_method_class, list_methods, resolve_options
+
+_EFFICIENT_CLASSES: dict[type, type] = {}
+#: Attribute of a patched model: the attention implementation to restore when it is unpatched.
+_RESTORE_ATTRIBUTE = "_hea_restore_attn_implementation"
+
+
+class EfficientModelMixin:
+    """What the efficient subclasses add to a Transformers model class (see module docstring)."""
+
+    def __init__(self, config: Any, *args: Any, **kwargs: Any) -> None:
+        super().__init__(config, *args, **kwargs)
+        if getattr(config, "attn_impl", None) is not None:
+            patch_model(self, config.attn_impl, config.attn_config)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        # Input checks here rather than in ``forward``, whose signature Trainer inspects.
+        if kwargs.get("output_attentions") or self.config.output_attentions:
+            raise ValueError(
+                f"attention method {self.config.attn_impl!r} does not form attention probabilities, so "
+                "output_attentions=True is not supported; call the model with output_attentions=False"
+            )
+        tokens = kwargs.get("input_ids", args[0] if args else None)
+        tokens = kwargs.get("inputs_embeds") if tokens is None else tokens
+        limit = max_tokens(self.config)
+        if tokens is not None and tokens.shape[1] > limit:
+            raise ValueError(
+                f"input of {tokens.shape[1]} tokens exceeds the position table ({limit} tokens allowed); "
+                f"call hf_efficient_attn.extend_position_embeddings(model, max_length={tokens.shape[1]}) first"
+            )
+        return super().__call__(*args, **kwargs)
+
+    def initialize_weights(self) -> None:
+        """Transformers' initialisation, then the method modules' own. Transformers marks the
+        weights read from a checkpoint, and its guard makes ``torch.nn.init`` skip them, so only
+        method parameters missing from the checkpoint are initialised. (Overriding
+        ``_init_weights`` would not do: Transformers dispatches the modules of an inner model,
+        e.g. ``BertForSequenceClassification.bert``, to that inner model's ``_init_weights``.)"""
+        super().initialize_weights()
+        with torch.no_grad(), guard_torch_init_functions():
+            for module in self.modules():
+                if isinstance(module, AttentionMethod):
+                    module.reset_parameters()
+
+    def set_attn_implementation(self, attn_implementation: str | dict, **kwargs: Any) -> None:
+        """A method name re-patches (default options for a new method), anything else unpatches."""
+        requested = attn_implementation
+        if isinstance(requested, dict):
+            requested = requested.get("", self.config._attn_implementation)
+        if requested in list_methods():
+            patch_model(self, requested, None if requested != self.config.attn_impl else self.config.attn_config)
+        else:
+            unpatch_model(self, restore=attn_implementation)
+
+
+def efficient_class(model_class: type[PreTrainedModel]) -> type[PreTrainedModel]:
+    """The efficient subclass of ``model_class`` (itself if it already is one)."""
+    if issubclass(model_class, EfficientModelMixin):
+        return model_class
+    if model_class not in _EFFICIENT_CLASSES:
+        name = model_class.__name__
+        doc = f"``transformers.{name}`` with an efficient attention method (``hf_efficient_attn.patching``)."
+        cls = type(name, (EfficientModelMixin, model_class), {"__module__": __name__, "__doc__": doc})
+        _EFFICIENT_CLASSES[model_class] = cls
+        globals()[name] = cls  # importable by name, so patched models pickle
+    return _EFFICIENT_CLASSES[model_class]
+
+
+def __getattr__(name: str) -> type:
+    """``hf_efficient_attn.patching.<TransformersClass>``: built on first use (unpickling)."""
+    model_class = getattr(transformers, name, None)
+    if isinstance(model_class, type) and issubclass(model_class, PreTrainedModel):
+        return efficient_class(model_class)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _base_class(model: nn.Module) -> type:
+    cls = type(model)
+    return next(c for c in cls.__mro__[1:] if not issubclass(c, EfficientModelMixin)) if issubclass(
+        cls, EfficientModelMixin) else cls
+
+
+def _dispatch(model: PreTrainedModel, attn_implementation: str | dict) -> None:
+    """Transformers' own ``set_attn_implementation`` (not the efficient override)."""
+    if model.config.model_type != "longformer":  # Longformer's attention class is swapped instead
+        PreTrainedModel.set_attn_implementation(model, attn_implementation)
+
+
+def is_patched(model: nn.Module) -> bool:
+    """True once :func:`patch_model` has run on ``model`` (and :func:`unpatch_model` has not)."""
+    return hasattr(model, _RESTORE_ATTRIBUTE)
+
+
+def patch_model(
+    model: PreTrainedModel, attn_impl: str | None = None, attn_config: dict[str, Any] | None = None
+) -> PreTrainedModel:
+    """Replace the self-attention of ``model`` by method ``attn_impl``, in place; returns ``model``.
+
+    Each layer gets its own method module (``<self-attention>.efficient_attn``), and the choice is
+    recorded in ``config.attn_impl`` / ``config.attn_config``, so ``save_pretrained`` writes it.
+    Without ``attn_impl`` the method named by ``config.attn_impl`` is used (``attn_config`` then
+    updates its saved options); with neither, ``ValueError``. Patching a patched model replaces
+    its method (the old method's parameters are dropped). Undo with :func:`unpatch_model`.
+    """
+    config = model.config
+    saved = getattr(config, "attn_impl", None)
+    if attn_impl is None:
+        if saved is None:
+            raise ValueError(
+                "patch_model needs attn_impl (the model's config names no method); "
+                f"known methods: {', '.join(list_methods())}"
+            )
+        attn_impl = saved
+    get_method_class(attn_impl)  # unknown name -> ValueError listing the known ones
+    check_supported(config, attn_impl)
+    if getattr(config, "output_attentions", False):
+        raise ValueError(
+            f"attention method {attn_impl!r} does not form attention probabilities; the config asks for "
+            "output_attentions=True: set it to False"
+        )
+    options = resolve_options(attn_impl, attn_config, base=getattr(config, "attn_config", None) if attn_impl == saved else None)
+    if is_patched(model):
+        unpatch_model(model)
+    restore = config._attn_implementation
+
+    modules = self_attention_modules(model)
+    for layer_idx, module in enumerate(modules):
+        if isinstance(module, LongformerSelfAttention):
+            module.__class__ = EfficientLongformerSelfAttention  # same parameters, same state-dict keys
+        method = build_method(attn_impl, options.to_dict(), layer_shape(config, layer_idx))
+        param = next(module.parameters())
+        method.to(device=param.device, dtype=param.dtype).train(module.training)
+        setattr(module, METHOD_ATTRIBUTE, method)
+        if layer_idx > 0:
+            method.share_from(modules[0])
+    model.__class__ = efficient_class(type(model))
+    setattr(model, _RESTORE_ATTRIBUTE, restore)
+    config.attn_impl = attn_impl
+    config.attn_config = options.to_dict()
+    _dispatch(model, attn_impl)
+    return model
+
+
+def unpatch_model(model: PreTrainedModel, restore: str | dict | None = None) -> PreTrainedModel:
+    """Undo :func:`patch_model`, in place: the method modules (and their parameters) are removed,
+    the class and ``config`` are plain Transformers again, and attention runs through ``restore``
+    (default: the implementation the model had before it was patched)."""
+    if not is_patched(model):
+        raise ValueError(f"{type(model).__name__} is not patched with an efficient attention method")
+    for module in self_attention_modules(model):
+        delattr(module, METHOD_ATTRIBUTE)
+        if isinstance(module, EfficientLongformerSelfAttention):
+            module.__class__ = LongformerSelfAttention
+    restore = restore or getattr(model, _RESTORE_ATTRIBUTE, None) or "sdpa"
+    del model.config.attn_impl, model.config.attn_config
+    delattr(model, _RESTORE_ATTRIBUTE)
+    model.__class__ = _base_class(model)
+    _dispatch(model, restore)
+    return model
+
+
+def modules_to_save(model: nn.Module) -> list[str]:
+    """Entries for PEFT's ``modules_to_save`` that keep the method's own parameters (Linformer's
+    projections, convolutions) trainable and saved with an adapter; empty for parameter-free methods."""
+    methods = [m for m in model.modules() if isinstance(m, AttentionMethod)]
+    return [METHOD_ATTRIBUTE] if any(any(True for _ in m.parameters()) for m in methods) else []

@@ -1,0 +1,137 @@
+"""patch_model / unpatch_model: defined behaviour for every way a user changes a model's attention."""
+
+import copy
+import pickle
+
+import pytest
+import torch
+import transformers as T
+
+import hf_efficient_attn as hea
+from tiny import ARCHITECTURES, REAL, VOCAB, batch, hidden, tiny_config
+
+
+def exact_and_patched(model_type="bert", method="mra2", options=None):
+    torch.manual_seed(0)
+    exact = T.AutoModel.from_config(tiny_config(model_type)).eval()
+    patched = hea.patch_model(copy.deepcopy(exact), method, options or {"block_per_row": 1})
+    return exact, patched
+
+
+def assert_same(a, b):
+    torch.testing.assert_close(a[0], b[0])
+    torch.testing.assert_close(a[1, :REAL], b[1, :REAL])
+
+
+@pytest.mark.parametrize("model_type", ARCHITECTURES)
+def test_unpatch_restores_exact_attention_class_and_config(model_type, tmp_path):
+    exact, patched = exact_and_patched(model_type)
+    ids, mask = batch()
+    assert not torch.allclose(hidden(patched, ids, mask), hidden(exact, ids, mask))
+    keys = set(exact.state_dict())
+    hea.unpatch_model(patched)
+    assert type(patched) is type(exact) and set(patched.state_dict()) == keys
+    assert not hasattr(patched.config, "attn_impl") and not hasattr(patched.config, "attn_config")
+    assert_same(hidden(patched, ids, mask), hidden(exact, ids, mask))
+    patched.save_pretrained(tmp_path)
+    assert "attn_impl" not in (tmp_path / "config.json").read_text()
+    with pytest.raises(ValueError, match="not patched"):
+        hea.unpatch_model(patched)
+
+
+def test_set_attn_implementation_keeps_the_saved_config_true_to_what_runs(tmp_path):
+    exact, patched = exact_and_patched("roberta")
+    ids, mask = batch()
+    patched.set_attn_implementation("sdpa")  # Transformers' own switch: now exact attention runs ...
+    assert_same(hidden(patched, ids, mask), hidden(exact, ids, mask))
+    patched.save_pretrained(tmp_path)  # ... and the saved config says so
+    assert "attn_impl" not in (tmp_path / "config.json").read_text()
+
+    _, patched = exact_and_patched("roberta")
+    patched.set_attn_implementation("yoso")  # another method: re-patched, with that method's defaults
+    assert patched.config.attn_impl == "yoso" and patched.config.attn_config == hea.method_options("yoso")
+    direct = hea.patch_model(copy.deepcopy(exact), "yoso")
+    assert_same(hidden(patched, ids, mask), hidden(direct, ids, mask))
+
+
+def test_patching_a_patched_model_replaces_its_method():
+    exact, patched = exact_and_patched("bert", "linformer", {"k": 8})
+    hea.patch_model(patched, "mra2", {"block_per_row": 1})
+    _, direct = exact_and_patched("bert", "mra2", {"block_per_row": 1})
+    assert set(patched.state_dict()) == set(exact.state_dict())  # linformer's projections are gone
+    assert patched.config.attn_config == direct.config.attn_config
+    ids, mask = batch()
+    assert_same(hidden(patched, ids, mask), hidden(direct, ids, mask))
+
+
+def test_patch_without_a_method_uses_the_saved_one_or_refuses():
+    model = T.AutoModel.from_config(tiny_config("bert"))
+    with pytest.raises(ValueError, match="needs attn_impl"):
+        hea.patch_model(model, attn_config={"block_per_row": 2})
+    with pytest.raises(ValueError, match="needs attn_impl"):
+        hea.patch_model(model)
+    hea.patch_model(model, "mra2", {"block_per_row": 2, "block_size": 16})
+    hea.patch_model(model, attn_config={"block_per_row": 3})  # same method, saved options updated
+    assert model.config.attn_impl == "mra2"
+    assert model.config.attn_config["block_per_row"] == 3 and model.config.attn_config["block_size"] == 16
+
+
+@pytest.mark.parametrize("model_type", ARCHITECTURES)
+def test_output_attentions_is_refused_the_same_way_everywhere(model_type):
+    _, patched = exact_and_patched(model_type)
+    ids, mask = batch()
+    with pytest.raises(ValueError, match="does not form attention probabilities"):
+        patched(input_ids=ids, attention_mask=mask, output_attentions=True)
+    with pytest.raises(ValueError, match="output_attentions"):  # Transformers' own check, or ours
+        patched.config.output_attentions = True
+        patched(input_ids=ids, attention_mask=mask)
+    with pytest.raises(ValueError, match="output_attentions"):
+        hea.patch_model(T.AutoModel.from_config(tiny_config(model_type, output_attentions=True)), "mra2")
+
+
+def test_patched_models_pickle_and_deepcopy_as_themselves():
+    _, patched = exact_and_patched("bert", "linformer", {"k": 8})
+    ids, mask = batch()
+    expected = hidden(patched, ids, mask)
+    for clone in (pickle.loads(pickle.dumps(patched)), copy.deepcopy(patched)):
+        assert type(clone) is type(patched) and clone.config.attn_impl == "linformer"
+        assert_same(hidden(clone, ids, mask), expected)
+        first = clone.encoder.layer[0].attention.self.efficient_attn.e_proj
+        assert clone.encoder.layer[1].attention.self.efficient_attn.projections()[0] is first  # sharing kept
+
+
+def test_too_long_input_names_the_limit():
+    model = hea.patch_model(T.AutoModel.from_config(tiny_config("roberta")), "mra2")
+    ids = torch.randint(5, VOCAB, (1, 200))
+    with pytest.raises(ValueError, match="128 tokens allowed"):
+        hidden(model, ids, torch.ones_like(ids))
+
+
+def test_lora_adapter_saves_and_restores_the_method_parameters(tmp_path):
+    """Linformer's projections are trained and saved with a LoRA adapter (``hea.modules_to_save``);
+    the adapter reloaded onto a freshly loaded base (new random projections) reproduces the model,
+    every layer using the first layer's trained projection (layerwise sharing)."""
+    peft = pytest.importorskip("peft")
+    T.AutoModel.from_config(tiny_config("bert")).save_pretrained(tmp_path / "base")
+
+    def base():
+        return hea.AutoModelForSequenceClassification.from_pretrained(
+            tmp_path / "base", attn_impl="linformer", attn_config={"k": 8}, num_labels=2)
+
+    model = base()
+    assert hea.modules_to_save(model) == ["efficient_attn"]
+    config = peft.LoraConfig(r=4, target_modules=["query", "value"],
+                             modules_to_save=hea.modules_to_save(model) + ["classifier"])
+    tuned = peft.get_peft_model(model, config)
+    optimizer = torch.optim.AdamW([p for p in tuned.parameters() if p.requires_grad], lr=1e-2)
+    ids, mask = batch()
+    for _ in range(3):
+        tuned(input_ids=ids, attention_mask=mask, labels=torch.tensor([0, 1])).loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    tuned.eval()
+    expected = tuned(input_ids=ids, attention_mask=mask).logits
+    tuned.save_pretrained(tmp_path / "adapter")
+    reloaded = peft.PeftModel.from_pretrained(base(), tmp_path / "adapter").eval()
+    torch.testing.assert_close(reloaded(input_ids=ids, attention_mask=mask).logits, expected)
+    assert hea.modules_to_save(hea.patch_model(T.AutoModel.from_config(tiny_config("bert")), "mra2")) == []
