@@ -115,6 +115,8 @@ def efficient_attention_forward(
     Attention-probability dropout is not applied: the approximations never form the
     probability matrix (the same choice as the official MRA/YOSO/Nystromformer code).
     """
+    # ``_attn_implementation`` is how Transformers tells an attention function which name it was
+    # dispatched under (its AttentionInterface docs use it); there is no public accessor.
     name = module.config._attn_implementation
     method = getattr(module, METHOD_ATTRIBUTE, None)
     if method is None or method.name != name:

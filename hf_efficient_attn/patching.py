@@ -22,6 +22,8 @@ import torch
 import transformers
 from torch import nn
 from transformers import PreTrainedModel
+# The guard that Transformers' own initialisation runs under (it makes ``torch.nn.init`` skip weights
+# read from the checkpoint); public module, not re-exported at the top level.
 from transformers.initialization import guard_torch_init_functions
 from transformers.models.longformer.modeling_longformer import LongformerSelfAttention
 
@@ -152,7 +154,7 @@ def patch_model(
     options = resolve_options(attn_impl, attn_config, base=getattr(config, "attn_config", None) if attn_impl == saved else None)
     if is_patched(model):
         unpatch_model(model)
-    restore = config._attn_implementation
+    restore = config._attn_implementation  # no public accessor (see bridge.py)
 
     modules = self_attention_modules(model)
     for layer_idx, module in enumerate(modules):
