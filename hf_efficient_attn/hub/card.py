@@ -30,10 +30,14 @@ class Paper:
 
 _MRA = Paper("Multi Resolution Analysis (MRA) for Approximate Self-Attention", "Zeng et al., ICML 2022", "2207.10284")
 _YOSO = Paper(
-    "You Only Sample (Almost) Once: Linear Cost Self-Attention Via Bernoulli Sampling", "Zeng et al., ICML 2021", "2111.09714"
+    "You Only Sample (Almost) Once: Linear Cost Self-Attention Via Bernoulli Sampling",
+    "Zeng et al., ICML 2021",
+    "2111.09714",
 )
 _SKYFORMER = Paper(
-    "Skyformer: Remodel Self-Attention with Gaussian Kernel and Nyström Method", "Chen et al., NeurIPS 2021", "2111.00035"
+    "Skyformer: Remodel Self-Attention with Gaussian Kernel and Nyström Method",
+    "Chen et al., NeurIPS 2021",
+    "2111.00035",
 )
 _SKEINFORMER = Paper(
     "Sketching as a Tool for Understanding and Accelerating Self-attention for Long Sequences",
@@ -43,7 +47,9 @@ _SKEINFORMER = Paper(
 
 #: The paper of every built-in method (the card's "Method" section).
 PAPERS: dict[str, Paper] = {
-    "softmax": Paper("Attention Is All You Need (exact softmax attention)", "Vaswani et al., NeurIPS 2017", "1706.03762"),
+    "softmax": Paper(
+        "Attention Is All You Need (exact softmax attention)", "Vaswani et al., NeurIPS 2017", "1706.03762"
+    ),
     "mra2": _MRA,
     "mra2_s": _MRA,
     "yoso": _YOSO,
@@ -59,7 +65,9 @@ PAPERS: dict[str, Paper] = {
         "2012.07436",
     ),
     "nystromformer": Paper(
-        "Nyströmformer: A Nyström-Based Algorithm for Approximating Self-Attention", "Xiong et al., AAAI 2021", "2102.03902"
+        "Nyströmformer: A Nyström-Based Algorithm for Approximating Self-Attention",
+        "Xiong et al., AAAI 2021",
+        "2102.03902",
     ),
     "performer": Paper("Rethinking Attention with Performers (FAVOR+)", "Choromanski et al., ICLR 2021", "2009.14794"),
 }
@@ -79,8 +87,16 @@ PIPELINE_TAGS: dict[str, str | None] = {
 METRIC_SPLITS = {"eval": "validation", "test": "test", "predict": "test"}
 
 #: Entries of a Trainer results file that are bookkeeping, not quality metrics.
-_BOOKKEEPING = {"epoch", "total_flos", "runtime", "samples", "samples_per_second", "steps_per_second",
-                "model_preparation_time", "jit_compilation_time"}  # fmt: skip
+_BOOKKEEPING = {
+    "epoch",
+    "total_flos",
+    "runtime",
+    "samples",
+    "samples_per_second",
+    "steps_per_second",
+    "model_preparation_time",
+    "jit_compilation_time",
+}
 
 
 def read_metrics(results_file: str | Path) -> list[tuple[str, str, float]]:
@@ -147,7 +163,7 @@ def training_lines(trainer_state: dict[str, Any] | None) -> list[str]:
         return ["No training is recorded with this checkpoint (no `trainer_state.json`)."]
     lines = [
         f"Trained with the Transformers `Trainer`: {trainer_state.get('global_step')} steps "
-        f"({trainer_state.get('epoch', 0):.4g} epochs), {trainer_state.get('train_batch_size')} examples per device "
+        f"({trainer_state.get('epoch') or 0:.4g} epochs), {trainer_state.get('train_batch_size')} examples per device "
         f"per step (`trainer_state.json`)."
     ]
     history = trainer_state.get("log_history", [])
@@ -159,7 +175,9 @@ def training_lines(trainer_state: dict[str, Any] | None) -> list[str]:
     if eval_logs:
         last = eval_logs[-1]
         shown = ", ".join(
-            f"{k} {v:.4g}" for k, v in last.items() if k.startswith("eval_") and k.removeprefix("eval_") not in _BOOKKEEPING
+            f"{k} {v:.4g}"
+            for k, v in last.items()
+            if k.startswith("eval_") and k.removeprefix("eval_") not in _BOOKKEEPING
         )
         lines.append(f"Last evaluation during training (step {last.get('step')}): {shown}.")
     return lines
@@ -181,9 +199,14 @@ def limitations(model: PreTrainedModel, trained: bool) -> list[str]:
             "fine-tuning before its outputs are meaningful."
         )
     if method.samples:
-        lines.append("It draws random samples; in `model.eval()` they come from the `seed` option, so inference is reproducible.")
+        lines.append(
+            "It draws random samples; in `model.eval()` they come from the `seed` option, so inference is reproducible."
+        )
     if not method.padding_invariant:
-        lines.append("Its samples depend on the padded length: a sequence's output changes slightly with the padding of its batch.")
+        lines.append(
+            "Its samples depend on the padded length: a sequence's output changes slightly with the padding "
+            "of its batch."
+        )
     if method.length_bound:
         lines.append(
             f"Its parameters are sized by the position table ({length} tokens): the input length cannot be "
@@ -192,7 +215,8 @@ def limitations(model: PreTrainedModel, trained: bool) -> list[str]:
     count = method_parameter_count(model)
     if count and not trained:
         lines.append(
-            f"Its {count} parameters were newly initialised at conversion and no training is recorded: train them before use."
+            f"Its {count} parameters were newly initialised at conversion and no training is recorded: "
+            "train them before use."
         )
     if model.config.model_type == "longformer":
         lines.append(
@@ -220,7 +244,9 @@ def build_model_card(
     pipeline_tag = PIPELINE_TAGS[auto_class]
     metrics = read_metrics(results_file) if results_file else []
     if metrics and not dataset_name:
-        raise ValueError("a results file needs --dataset_name (the Hub id of the evaluation dataset) for the model-index")
+        raise ValueError(
+            "a results file needs --dataset_name (the Hub id of the evaluation dataset) for the model-index"
+        )
     if not Path(template_path).is_file():
         raise ValueError(f"model-card template not found: {template_path}")
     card_data = ModelCardData(
@@ -256,7 +282,9 @@ def build_model_card(
         training=training_lines(trainer_state),
         results=[(metric, split, f"{value:.4g}") for split, metric, value in metrics],
         results_file=Path(results_file).name if results_file else None,
-        dataset=f"`{dataset_name}`" + (f" (`{dataset_config_name}`)" if dataset_config_name else "") if dataset_name else None,
+        dataset=f"`{dataset_name}`" + (f" (`{dataset_config_name}`)" if dataset_config_name else "")
+        if dataset_name
+        else None,
         limitations=limitations(model, trained=bool(trainer_state)),
         auto_class=auto_class,
     )

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 from transformers import HfArgumentParser
 
@@ -32,35 +33,47 @@ class PushArguments:
     )
     attn_impl: str | None = field(
         default=None,
-        metadata={"help": "Method for a plain checkpoint (or to re-convert a variant): one of " + ", ".join(hea.list_methods())},
+        metadata={
+            "help": "Method for a plain checkpoint (or to re-convert a variant): one of "
+            + ", ".join(hea.list_methods())
+        },
     )
     attn_config: str | None = field(
-        default=None, metadata={"help": 'Method options as a JSON object, e.g. \'{"block_per_row": 16}\'.'}
+        default=None, metadata={"help": "Method options as a JSON object, e.g. '{\"block_per_row\": 16}'."}
     )
     tokenizer_name: str | None = field(
         default=None, metadata={"help": "Tokenizer to ship, if not the one saved in --model_dir."}
     )
     base_model: str | None = field(
         default=None,
-        metadata={"help": "Hub id of the checkpoint the variant was made from (default: from --model_dir's README.md)."},
+        metadata={
+            "help": "Hub id of the checkpoint the variant was made from; when omitted, the base_model of "
+            "--model_dir's README.md."
+        },
     )
     license: str | None = field(
         default=None,
-        metadata={"help": "License identifier of the Hub, normally the base model's (default: from --model_dir's README.md)."},
+        metadata={
+            "help": "The Hub's license identifier, normally the base model's; when omitted, the license of "
+            "--model_dir's README.md."
+        },
     )
     results_file: str | None = field(
         default=None,
-        metadata={"help": "A Trainer eval_results.json / test_results.json / all_results.json for the card's model-index."},
+        metadata={
+            "help": "A Trainer eval_results.json / test_results.json / all_results.json for the card's model-index."
+        },
     )
     dataset_name: str | None = field(
         default=None, metadata={"help": "Hub id of the dataset trained or evaluated on (required with --results_file)."}
     )
     dataset_config_name: str | None = field(default=None, metadata={"help": "Its configuration, e.g. sst2."})
-    private: bool = field(default=False, metadata={"help": "Create the repository as private."})
+    private: bool = field(default=False, metadata={"help": "Create the repository as private (when it is created)."})
     revision: str | None = field(default=None, metadata={"help": "Branch to push to (created if missing)."})
     commit_message: str | None = field(default=None, metadata={"help": "Message of the upload commit."})
     dry_run: str | None = field(
-        default=None, metadata={"help": "Write the folder that would be pushed to this (new or empty) folder; upload nothing."}
+        default=None,
+        metadata={"help": "Write the folder that would be pushed to this (new or empty) folder; upload nothing."},
     )
 
     @property

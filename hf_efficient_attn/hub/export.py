@@ -47,7 +47,9 @@ def load_variant(
     auto_class = auto_class_for(config.model_type, config.architectures or [])
     loader = getattr(hea, auto_class, None)
     if loader is None:
-        raise ValueError(f"{model_dir} is a {config.architectures[0]}; hf_efficient_attn has no {auto_class} to load it")
+        raise ValueError(
+            f"{model_dir} is a {config.architectures[0]}; hf_efficient_attn has no {auto_class} to load it"
+        )
     model = loader.from_pretrained(model_dir, attn_impl=attn_impl, attn_config=attn_config)
     if getattr(model.config, "attn_impl", None) is None:
         raise ValueError(

@@ -16,8 +16,8 @@ import ast
 import importlib.metadata
 import importlib.util
 from collections import deque
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 from torch import nn
 from transformers.models.auto import modeling_auto
@@ -145,7 +145,9 @@ def flatten_imports(module: str, source: str) -> str:
     """``source`` (of package module ``module``) with its package imports rewritten to sibling
     imports, ``from ..registry import x`` -> ``from .hea_registry import x``; nothing else changes."""
     lines = source.splitlines(keepends=True)
-    edits = sorted(_package_imports(module, ast.parse(source)), key=lambda e: (e[0].lineno, e[0].col_offset), reverse=True)
+    edits = sorted(
+        _package_imports(module, ast.parse(source)), key=lambda e: (e[0].lineno, e[0].col_offset), reverse=True
+    )
     for node, target in edits:
         rewritten = ast.unparse(ast.ImportFrom(module=shipped_module_name(target), names=node.names, level=1))
         first, last = node.lineno - 1, node.end_lineno - 1
@@ -189,6 +191,11 @@ def _method_classes(model: nn.Module) -> list[type[AttentionMethod]]:
             f"{type(model).__name__} has no efficient-attention method; patch it first "
             "(hf_efficient_attn.patch_model or hf_efficient_attn.AutoModel*.from_pretrained(..., attn_impl=...))"
         )
+    for cls in classes:
+        if not cls.__module__.startswith(PACKAGE + "."):
+            raise ValueError(
+                f"method {cls.name!r} is defined in {cls.__module__}: only {PACKAGE}'s own methods can ship"
+            )
     return classes
 
 
@@ -199,7 +206,8 @@ def render_modeling_file(model: nn.Module) -> tuple[str, dict[str, str]]:
     base_classes = model_classes(config.model_type)
     names = {cls: f"Efficient{cls}" for cls in dict.fromkeys(base_classes.values())}
     classes = "".join(
-        f'\n\nclass {efficient}(EfficientAttentionMixin, {cls}):\n    """``{cls}`` with ``config.attn_impl`` self-attention."""\n'
+        f"\n\nclass {efficient}(EfficientAttentionMixin, {cls}):\n"
+        f'    """``{cls}`` with ``config.attn_impl`` self-attention."""\n'
         for cls, efficient in names.items()
     )
     method_imports = "\n".join(
