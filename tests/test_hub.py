@@ -68,6 +68,20 @@ PLUGIN_FREE_LOADER = textwrap.dedent(
     """
 )
 
+#: Runs in a fresh process with the plugin imported: the shipped code and the plugin side by side.
+SHIPPED_CODE_BESIDE_THE_PLUGIN = textwrap.dedent(
+    """
+    import sys, torch, transformers
+    import hf_efficient_attn as hea
+    folder, inputs, output = sys.argv[1], torch.load(sys.argv[2]), sys.argv[3]
+    remote = transformers.AutoModelForMaskedLM.from_pretrained(folder, trust_remote_code=True).eval()
+    plugin = hea.AutoModelForMaskedLM.from_pretrained(folder).eval()  # after the shipped code registered its names
+    with torch.no_grad():
+        result = {"remote": remote(**inputs)[0], "plugin": plugin(**inputs)[0], "module": type(remote).__module__}
+    torch.save(result, output)
+    """
+)
+
 
 def bert_tokenizer() -> T.PreTrainedTokenizerBase:
     return T.BertTokenizer(vocab={w: i for i, w in enumerate(BERT_WORDS)})
@@ -368,6 +382,21 @@ def test_real_minilm_stretched_to_4096_loads_as_itself_both_ways(tmp_path):
     remote = load_without_plugin({"minilm": (Path(folder), "AutoModel", inputs)}, tmp_path)["minilm"]
     torch.testing.assert_close((remote["output"], remote["hidden"]), expected)
     assert "someone/all-MiniLM-L6-v2-mra2-4096" in (Path(folder) / "README.md").read_text()
+
+
+def test_shipped_code_and_the_plugin_work_side_by_side(shared, tmp_path):
+    """With the plugin installed, trust_remote_code=True still gives the author's model, and plugin
+    models loaded afterwards (the shipped bridge re-registered the method's names) too."""
+    case = shared[CASES[0]]
+    torch.save(case.inputs, tmp_path / "inputs.pt")
+    env = {**os.environ, "HF_MODULES_CACHE": str(tmp_path / "modules")}
+    command = [sys.executable, "-c", SHIPPED_CODE_BESIDE_THE_PLUGIN, str(case.folder), str(tmp_path / "inputs.pt")]
+    run = subprocess.run([*command, str(tmp_path / "out.pt")], env=env, capture_output=True, text=True, check=False)
+    assert run.returncode == 0, run.stderr[-3000:]
+    result = torch.load(tmp_path / "out.pt")
+    assert result["module"].startswith("transformers_modules.")
+    torch.testing.assert_close(result["remote"], case.expected[0])
+    torch.testing.assert_close(result["plugin"], case.expected[0])
 
 
 def test_the_4096_variant_keeps_its_position_table(shared):
