@@ -1,0 +1,290 @@
+"""The model card of a shared variant, built with huggingface_hub: ``ModelCardData`` for the Hub
+metadata (``model-index`` from a Trainer ``*_results.json`` as ``EvalResult``s) and
+``ModelCard.from_template`` rendering the Jinja template ``model_cards/efficient_attention.md``.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from huggingface_hub import EvalResult, ModelCard, ModelCardData
+from transformers import PreTrainedModel
+
+from ..long import max_tokens
+from ..methods.base import AttentionMethod
+from .remote_code import PACKAGE, auto_class_of, model_classes
+
+DEFAULT_TEMPLATE = Path(__file__).resolve().parents[2] / "model_cards" / "efficient_attention.md"
+
+
+@dataclass(frozen=True)
+class Paper:
+    title: str
+    venue: str
+    arxiv: str
+
+
+_MRA = Paper("Multi Resolution Analysis (MRA) for Approximate Self-Attention", "Zeng et al., ICML 2022", "2207.10284")
+_YOSO = Paper(
+    "You Only Sample (Almost) Once: Linear Cost Self-Attention Via Bernoulli Sampling",
+    "Zeng et al., ICML 2021",
+    "2111.09714",
+)
+_SKYFORMER = Paper(
+    "Skyformer: Remodel Self-Attention with Gaussian Kernel and Nyström Method",
+    "Chen et al., NeurIPS 2021",
+    "2111.00035",
+)
+_SKEINFORMER = Paper(
+    "Sketching as a Tool for Understanding and Accelerating Self-attention for Long Sequences",
+    "Chen, Zeng et al., NAACL 2022",
+    "2112.05359",
+)
+
+#: The paper of every built-in method (the card's "Method" section).
+PAPERS: dict[str, Paper] = {
+    "softmax": Paper(
+        "Attention Is All You Need (exact softmax attention)", "Vaswani et al., NeurIPS 2017", "1706.03762"
+    ),
+    "mra2": _MRA,
+    "mra2_s": _MRA,
+    "yoso": _YOSO,
+    "yoso_e": _YOSO,
+    "skyformer": _SKYFORMER,
+    "kernelized": _SKYFORMER,
+    "skeinformer": _SKEINFORMER,
+    "vmean": _SKEINFORMER,
+    "linformer": Paper("Linformer: Self-Attention with Linear Complexity", "Wang et al., 2020", "2006.04768"),
+    "informer": Paper(
+        "Informer: Beyond Efficient Transformer for Long Sequence Time-Series Forecasting (ProbSparse attention)",
+        "Zhou et al., AAAI 2021",
+        "2012.07436",
+    ),
+    "nystromformer": Paper(
+        "Nyströmformer: A Nyström-Based Algorithm for Approximating Self-Attention",
+        "Xiong et al., AAAI 2021",
+        "2102.03902",
+    ),
+    "performer": Paper("Rethinking Attention with Performers (FAVOR+)", "Choromanski et al., ICLR 2021", "2009.14794"),
+}
+
+#: Hub pipeline tag of each head (None: no pipeline; a pretraining head's evaluation is its MLM loss).
+PIPELINE_TAGS: dict[str, str | None] = {
+    "AutoModel": "feature-extraction",
+    "AutoModelForPreTraining": None,
+    "AutoModelForMaskedLM": "fill-mask",
+    "AutoModelForSequenceClassification": "text-classification",
+    "AutoModelForMultipleChoice": "multiple-choice",
+    "AutoModelForTokenClassification": "token-classification",
+    "AutoModelForQuestionAnswering": "question-answering",
+}
+
+#: Split of the metrics a Trainer prefixes with ``<prefix>_`` (``trainer.evaluate`` / ``predict``).
+METRIC_SPLITS = {"eval": "validation", "test": "test", "predict": "test"}
+
+#: Entries of a Trainer results file that are bookkeeping, not quality metrics.
+_BOOKKEEPING = {
+    "epoch",
+    "total_flos",
+    "runtime",
+    "samples",
+    "samples_per_second",
+    "steps_per_second",
+    "model_preparation_time",
+    "jit_compilation_time",
+}
+
+
+def read_metrics(results_file: str | Path) -> list[tuple[str, str, float]]:
+    """``(split, metric, value)`` of the evaluation metrics in a Trainer ``<split>_results.json``.
+
+    Prefixed keys (``eval_accuracy``) name their split; unprefixed ones (``perplexity`` of
+    ``run_mlm.py``) take the file's (``eval_results.json`` / ``all_results.json``: validation).
+    Training metrics and bookkeeping (runtime, throughput, epoch, memory) are left out.
+    """
+    path = Path(results_file)
+    data = json.loads(path.read_text())
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: a Trainer results file holds a JSON object of metrics, got {type(data).__name__}")
+    file_split = METRIC_SPLITS.get(path.name.removesuffix("_results.json"), "validation")
+    metrics = []
+    for key, value in data.items():
+        prefix, _, rest = key.partition("_")
+        split, metric = (METRIC_SPLITS[prefix], rest) if prefix in METRIC_SPLITS and rest else (file_split, key)
+        numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if prefix == "train" or not numeric or metric in _BOOKKEEPING or metric.startswith("mem_"):
+            continue
+        metrics.append((split, metric, value))
+    if not metrics:
+        raise ValueError(
+            f"{path} has no evaluation metric (keys: {sorted(data)}); pass the eval_results.json, "
+            "test_results.json or all_results.json that Trainer.save_metrics writes"
+        )
+    return metrics
+
+
+def eval_results(
+    metrics: list[tuple[str, str, float]], task_type: str, dataset_name: str, dataset_config_name: str | None
+) -> list[EvalResult]:
+    """The ``model-index`` entries of ``metrics`` on dataset ``dataset_name`` (a Hub dataset id)."""
+    pretty = f"{dataset_name} ({dataset_config_name})" if dataset_config_name else dataset_name
+    return [
+        EvalResult(
+            task_type=task_type,
+            dataset_type=dataset_name,
+            dataset_name=pretty,
+            dataset_config=dataset_config_name,
+            dataset_split=split,
+            metric_type=metric,
+            metric_name=metric,
+            metric_value=value,
+        )
+        for split, metric, value in metrics
+    ]
+
+
+def _method(model: PreTrainedModel) -> AttentionMethod:
+    return next(m for m in model.modules() if isinstance(m, AttentionMethod))
+
+
+def method_parameter_count(model: PreTrainedModel) -> int:
+    """Learnable parameters the method adds (shared ones counted once)."""
+    params = {id(p): p for m in model.modules() if isinstance(m, AttentionMethod) for p in m.parameters()}
+    return sum(p.numel() for p in params.values())
+
+
+def training_lines(trainer_state: dict[str, Any] | None) -> list[str]:
+    """What ``trainer_state.json`` records: steps, epochs, batch size, last losses and evaluation."""
+    if not trainer_state:
+        return ["No training is recorded with this checkpoint (no `trainer_state.json`)."]
+    lines = [
+        f"Trained with the Transformers `Trainer`: {trainer_state.get('global_step')} steps "
+        f"({trainer_state.get('epoch') or 0:.4g} epochs), {trainer_state.get('train_batch_size')} examples per device "
+        f"per step (`trainer_state.json`)."
+    ]
+    history = trainer_state.get("log_history", [])
+    train_logs = [entry for entry in history if "loss" in entry]
+    if train_logs:
+        last = train_logs[-1]
+        lines.append(f"Last logged training loss: {last['loss']:.4g} (step {last.get('step')}).")
+    eval_logs = [entry for entry in history if any(k.startswith("eval_") for k in entry)]
+    if eval_logs:
+        last = eval_logs[-1]
+        shown = ", ".join(
+            f"{k} {v:.4g}"
+            for k, v in last.items()
+            if k.startswith("eval_") and k.removeprefix("eval_") not in _BOOKKEEPING
+        )
+        lines.append(f"Last evaluation during training (step {last.get('step')}): {shown}.")
+    return lines
+
+
+def limitations(model: PreTrainedModel, trained: bool) -> list[str]:
+    """What the method does not support, from its class's declared properties."""
+    method = _method(model)
+    name, length = method.name, max_tokens(model.config)
+    lines = [
+        "Encoder self-attention only: decoder use, causal masks and cross-attention raise a ValueError.",
+        "The attention matrix is never formed: `output_attentions=True` returns no attention maps, and "
+        "attention-probability dropout is not applied.",
+        f"Inputs longer than {length} tokens (the position table) raise a ValueError.",
+    ]
+    if not method.approximates_softmax:
+        lines.append(
+            f"`{name}` is not softmax attention: swapped into a softmax-pretrained checkpoint it needs "
+            "fine-tuning before its outputs are meaningful."
+        )
+    if method.samples:
+        lines.append(
+            "It draws random samples; in `model.eval()` they come from the `seed` option, so inference is reproducible."
+        )
+    if not method.padding_invariant:
+        lines.append(
+            "Its samples depend on the padded length: a sequence's output changes slightly with the padding "
+            "of its batch."
+        )
+    if method.length_bound:
+        lines.append(
+            f"Its parameters are sized by the position table ({length} tokens): the input length cannot be "
+            "extended without training new ones."
+        )
+    count = method_parameter_count(model)
+    if count and not trained:
+        lines.append(
+            f"Its {count} parameters were newly initialised at conversion and no training is recorded: "
+            "train them before use."
+        )
+    if model.config.model_type == "longformer":
+        lines.append(
+            "Longformer's sliding window and global attention are replaced: every token attends to every token "
+            "through the method, and `global_attention_mask` has no effect."
+        )
+    return lines
+
+
+def build_model_card(
+    model: PreTrainedModel,
+    *,
+    repo_id: str,
+    base_model: str,
+    license: str,
+    results_file: str | Path | None = None,
+    dataset_name: str | None = None,
+    dataset_config_name: str | None = None,
+    trainer_state: dict[str, Any] | None = None,
+    template_path: str | Path = DEFAULT_TEMPLATE,
+) -> ModelCard:
+    """The README.md of ``model``'s upload (``model`` patched, i.e. ``config.attn_impl`` set)."""
+    config = model.config
+    auto_class = auto_class_of(model)
+    pipeline_tag = PIPELINE_TAGS[auto_class]
+    metrics = read_metrics(results_file) if results_file else []
+    if metrics and not dataset_name:
+        raise ValueError(
+            "a results file needs --dataset_name (the Hub id of the evaluation dataset) for the model-index"
+        )
+    if not Path(template_path).is_file():
+        raise ValueError(f"model-card template not found: {template_path}")
+    card_data = ModelCardData(
+        model_name=repo_id.split("/")[-1],
+        base_model=base_model,
+        license=license,
+        library_name="transformers",
+        pipeline_tag=pipeline_tag,
+        tags=[PACKAGE, "efficient-attention", config.attn_impl, config.model_type],
+        datasets=[dataset_name] if dataset_name else None,
+        eval_results=eval_results(metrics, pipeline_tag or "fill-mask", dataset_name, dataset_config_name) or None,
+    )
+    method = _method(model)
+    return ModelCard.from_template(
+        card_data,
+        template_path=str(template_path),
+        model_name=repo_id.split("/")[-1],
+        repo_id=repo_id,
+        base_model=base_model,
+        version=importlib.metadata.version(PACKAGE),
+        attn_impl=config.attn_impl,
+        paper=PAPERS.get(config.attn_impl),
+        approximates_softmax=method.approximates_softmax,
+        method_parameters=method_parameter_count(model),
+        attn_config_json=json.dumps(config.attn_config, indent=2, sort_keys=True),
+        architecture=model_classes(config.model_type)[auto_class],
+        model_type=config.model_type,
+        num_layers=config.num_hidden_layers,
+        hidden_size=config.hidden_size,
+        num_heads=config.num_attention_heads,
+        max_length=max_tokens(config),
+        max_position_embeddings=config.max_position_embeddings,
+        training=training_lines(trainer_state),
+        results=[(metric, split, f"{value:.4g}") for split, metric, value in metrics],
+        results_file=Path(results_file).name if results_file else None,
+        dataset=f"`{dataset_name}`" + (f" (`{dataset_config_name}`)" if dataset_config_name else "")
+        if dataset_name
+        else None,
+        limitations=limitations(model, trained=bool(trainer_state)),
+        auto_class=auto_class,
+    )

@@ -1,0 +1,191 @@
+"""The upload folder of a variant: exactly what ``push_to_hub.py --dry_run`` writes and a push uploads.
+
+config.json (``attn_impl``, ``attn_config`` and ``auto_map``), the weights, the tokenizer, the
+method's own code (:mod:`.remote_code`) and README.md, the model card (:mod:`.card`).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+from huggingface_hub import ModelCard
+from huggingface_hub.utils import validate_repo_id
+from transformers import AutoConfig, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+
+import hf_efficient_attn as hea
+
+from ..long import max_tokens
+from .card import build_model_card
+from .remote_code import auto_class_for, write_remote_code
+
+TRAINER_STATE = "trainer_state.json"
+
+
+def variant_name(base_model: str, attn_impl: str, max_length: int, task: str | None = None) -> str:
+    """The naming convention of shared variants: ``<base>-<method>-<max_len>[-<task>]``,
+    e.g. ``roberta-base-mra2-4096`` or ``roberta-base-mra2-4096-sst2``."""
+    parts = [base_model.rstrip("/").split("/")[-1], attn_impl, str(max_length)] + ([task] if task else [])
+    return "-".join(parts)
+
+
+def resolve_repo_id(repo_id: str, default_name: str) -> str:
+    """``user/name`` as given; a bare namespace (``user`` or an organisation) gets ``default_name``."""
+    full = repo_id if "/" in repo_id else f"{repo_id}/{default_name}"
+    validate_repo_id(full)  # HFValidationError (a ValueError) naming what is allowed
+    return full
+
+
+def load_variant(
+    model_dir: str, attn_impl: str | None = None, attn_config: dict[str, Any] | None = None
+) -> PreTrainedModel:
+    """The model of ``model_dir`` with its method: the one saved in its config, or ``attn_impl``
+    (required for a plain checkpoint), through the ``hf_efficient_attn.AutoModel*`` class of its head."""
+    config = AutoConfig.from_pretrained(model_dir)
+    auto_class = auto_class_for(config.model_type, config.architectures or [])
+    loader = getattr(hea, auto_class, None)
+    if loader is None:
+        raise ValueError(
+            f"{model_dir} is a {config.architectures[0]}; hf_efficient_attn has no {auto_class} to load it"
+        )
+    model = loader.from_pretrained(model_dir, attn_impl=attn_impl, attn_config=attn_config)
+    if getattr(model.config, "attn_impl", None) is None:
+        raise ValueError(
+            f"{model_dir} is a plain checkpoint (its config has no attn_impl); pass --attn_impl, one of: "
+            + ", ".join(hea.list_methods())
+        )
+    return model
+
+
+def load_tokenizer(source: str, vocab_size: int) -> PreTrainedTokenizerBase:
+    """The tokenizer at ``source``, checked against the model's ``vocab_size`` (Transformers 5
+    builds an empty tokenizer for a folder that has none)."""
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(source)
+    except (OSError, ValueError) as err:
+        raise ValueError(f"no tokenizer could be loaded from {source} ({err}); pass --tokenizer_name") from None
+    if len(tokenizer) <= len(tokenizer.all_special_tokens):
+        raise ValueError(f"{source} has no tokenizer (only special tokens were found); pass --tokenizer_name")
+    if len(tokenizer) > vocab_size:
+        raise ValueError(
+            f"the tokenizer of {source} has {len(tokenizer)} tokens but the model's vocabulary has {vocab_size}; "
+            "pass the tokenizer the model was trained with (--tokenizer_name)"
+        )
+    return tokenizer
+
+
+def _readme_metadata(model_dir: str) -> dict[str, Any]:
+    readme = Path(model_dir) / "README.md"
+    return ModelCard.load(readme, ignore_metadata_errors=True).data.to_dict() if readme.is_file() else {}
+
+
+def resolve_base_model(model_dir: str, base_model: str | None) -> str:
+    """``base_model`` as given, else the ``base_model`` of ``model_dir``'s README.md (Trainer writes
+    it), else ``model_dir`` itself when it is a Hub id rather than a local folder."""
+    found = base_model or _readme_metadata(model_dir).get("base_model")
+    if isinstance(found, list):
+        found = found[0]
+    if not found and not Path(model_dir).exists():
+        found = model_dir
+    if not found:
+        raise ValueError(f"cannot tell which Hub checkpoint {model_dir} was converted from; pass --base_model")
+    return found
+
+
+def resolve_license(model_dir: str, license: str | None) -> str:
+    """``license`` as given, else the one in ``model_dir``'s README.md; never guessed."""
+    found = license or _readme_metadata(model_dir).get("license")
+    if not found:
+        raise ValueError(
+            f"no license recorded in {model_dir}; pass --license with the base model's license identifier "
+            "(e.g. apache-2.0 or mit; see https://huggingface.co/docs/hub/repositories-licenses)"
+        )
+    return found
+
+
+def find_trainer_state(*folders: str | Path | None) -> dict[str, Any] | None:
+    """``trainer_state.json`` of the first of ``folders`` that has one."""
+    for folder in folders:
+        if folder is not None and (Path(folder) / TRAINER_STATE).is_file():
+            return json.loads((Path(folder) / TRAINER_STATE).read_text())
+    return None
+
+
+def export_variant(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    folder: str | Path,
+    *,
+    repo_id: str,
+    base_model: str,
+    license: str,
+    results_file: str | Path | None = None,
+    dataset_name: str | None = None,
+    dataset_config_name: str | None = None,
+    trainer_state: dict[str, Any] | None = None,
+) -> Path:
+    """Write the upload folder of ``model`` (patched) into ``folder`` (new or empty)."""
+    folder = Path(folder)
+    if folder.exists() and any(folder.iterdir()):
+        raise ValueError(f"{folder} is not empty; give a new or empty folder for the upload")
+    card = build_model_card(
+        model,
+        repo_id=repo_id,
+        base_model=base_model,
+        license=license,
+        results_file=results_file,
+        dataset_name=dataset_name,
+        dataset_config_name=dataset_config_name,
+        trainer_state=trainer_state,
+    )
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    config = copy.deepcopy(model.config)
+    config.auto_map = write_remote_code(model, folder)
+    config.save_pretrained(folder)
+    card.save(folder / "README.md")
+    return folder
+
+
+def prepare_upload(
+    model_dir: str,
+    folder: str | Path,
+    *,
+    repo_id: str,
+    attn_impl: str | None = None,
+    attn_config: dict[str, Any] | None = None,
+    tokenizer_name: str | None = None,
+    base_model: str | None = None,
+    license: str | None = None,
+    results_file: str | None = None,
+    dataset_name: str | None = None,
+    dataset_config_name: str | None = None,
+) -> str:
+    """Load the variant of ``model_dir`` and write its upload folder; returns the full repo id.
+
+    The card's training section reads ``trainer_state.json`` from ``model_dir`` (or from the
+    folder of ``results_file``) when there is one.
+    """
+    base_model = resolve_base_model(model_dir, base_model)
+    license = resolve_license(model_dir, license)
+    model = load_variant(model_dir, attn_impl, attn_config)
+    tokenizer = load_tokenizer(tokenizer_name or model_dir, model.config.vocab_size)
+    default_name = variant_name(base_model, model.config.attn_impl, max_tokens(model.config), dataset_config_name)
+    repo_id = resolve_repo_id(repo_id, default_name)
+    results_dir = Path(results_file).parent if results_file else None
+    local_dir = model_dir if Path(model_dir).exists() else None
+    export_variant(
+        model,
+        tokenizer,
+        folder,
+        repo_id=repo_id,
+        base_model=base_model,
+        license=license,
+        results_file=results_file,
+        dataset_name=dataset_name,
+        dataset_config_name=dataset_config_name,
+        trainer_state=find_trainer_state(local_dir, results_dir),
+    )
+    return repo_id

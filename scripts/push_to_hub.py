@@ -1,0 +1,6 @@
+"""Share a variant on the Hugging Face Hub with its model card and code: ``python scripts/push_to_hub.py --help``."""
+
+from hf_efficient_attn.hub.cli import main
+
+if __name__ == "__main__":
+    main()
