@@ -26,6 +26,7 @@ from transformers import PreTrainedModel
 # read from the checkpoint); public module, not re-exported at the top level.
 from transformers.initialization import guard_torch_init_functions
 from transformers.models.longformer.modeling_longformer import LongformerSelfAttention
+from transformers.utils.output_capturing import _CAN_RECORD_REGISTRY
 
 from .bridge import check_supported, layer_shape, self_attention_modules
 from .long import max_tokens
@@ -167,6 +168,10 @@ def patch_model(
         if layer_idx > 0:
             method.share_from(modules[0])
     model.__class__ = efficient_class(type(model))
+    # What PreTrainedModel.__init__ does for the class it builds: without it Transformers finds no
+    # recordable outputs for the new class and output_hidden_states=True returns None. Private (no
+    # public registration exists); kept in step with the pinned Transformers range (setup.cfg).
+    _CAN_RECORD_REGISTRY[model] = model._can_record_outputs
     setattr(model, _RESTORE_ATTRIBUTE, restore)
     config.attn_impl = attn_impl
     config.attn_config = options.to_dict()

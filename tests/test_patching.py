@@ -100,6 +100,18 @@ def test_patched_models_pickle_and_deepcopy_as_themselves():
         assert clone.encoder.layer[1].attention.self.efficient_attn.projections()[0] is first  # sharing kept
 
 
+@pytest.mark.parametrize("model_type", ARCHITECTURES)
+def test_patched_models_return_hidden_states(model_type, tmp_path):
+    _, patched = exact_and_patched(model_type)
+    ids, mask = batch()
+    patched.save_pretrained(tmp_path)
+    for model in (patched, hea.AutoModel.from_pretrained(tmp_path).eval()):
+        with torch.no_grad():
+            out = model(input_ids=ids, attention_mask=mask, output_hidden_states=True)
+        assert len(out.hidden_states) == model.config.num_hidden_layers + 1
+        torch.testing.assert_close(out.hidden_states[-1][:, :REAL], out.last_hidden_state[:, :REAL])
+
+
 def test_too_long_input_names_the_limit():
     model = hea.patch_model(T.AutoModel.from_config(tiny_config("roberta")), "mra2")
     ids = torch.randint(5, VOCAB, (1, 200))

@@ -5,7 +5,6 @@ metadata (``model-index`` from a Trainer ``*_results.json`` as ``EvalResult``s) 
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,6 +13,7 @@ from typing import Any
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 from transformers import PreTrainedModel
 
+from .. import __version__
 from ..long import max_tokens
 from ..methods.base import AttentionMethod
 from .remote_code import PACKAGE, auto_class_of, model_classes
@@ -266,7 +266,7 @@ def build_model_card(
         model_name=repo_id.split("/")[-1],
         repo_id=repo_id,
         base_model=base_model,
-        version=importlib.metadata.version(PACKAGE),
+        version=__version__,
         attn_impl=config.attn_impl,
         paper=PAPERS.get(config.attn_impl),
         approximates_softmax=method.approximates_softmax,

@@ -2,18 +2,19 @@
 as itself (``trust_remote_code=True``) in a Python where hf_efficient_attn is not installed.
 
 config.json's ``auto_map`` points every auto class at ``modeling_efficient_attn.py``, rendered from
-:data:`MODELING_TEMPLATE`: its classes subclass the Transformers ones and call ``patch_model`` once
-the base model is built. ``patch_model`` and the chosen method are the package's own modules, read
-at export time and flattened beside it (``hf_efficient_attn/methods/base.py`` ->
-``hea_methods_base.py``) with their package imports rewritten to sibling imports, the form
-Transformers follows when it copies a remote module and the files it imports into its module cache.
-Only the modules reachable from ``patch_model`` and the chosen method's module ship.
+:data:`MODELING_TEMPLATE`: its classes are the package's efficient subclasses of the Transformers
+ones (``EfficientModelMixin`` of ``patching.py``, which builds the method from ``config.attn_impl``
+with the model, so the method's parameters load as weights). ``patching.py`` and the chosen method
+are the package's own modules, read at export time and flattened beside it
+(``hf_efficient_attn/methods/base.py`` -> ``hea_methods_base.py``) with their package imports
+rewritten to sibling imports, the form Transformers follows when it copies a remote module and the
+files it imports into its module cache. Only the modules reachable from ``patching.py`` and the
+chosen method's module ship.
 """
 
 from __future__ import annotations
 
 import ast
-import importlib.metadata
 import importlib.util
 from collections import deque
 from collections.abc import Iterable
@@ -22,8 +23,9 @@ from pathlib import Path
 from torch import nn
 from transformers.models.auto import modeling_auto
 
-from ..bridge import patch_model
+from .. import __version__
 from ..methods.base import AttentionMethod
+from ..patching import EfficientModelMixin
 
 PACKAGE = __name__.split(".")[0]
 MODELING_MODULE = "modeling_efficient_attn"
@@ -44,40 +46,16 @@ MODELING_TEMPLATE = '''\
 """{model_type} models with {attn_impl} self-attention: remote code written by hf_efficient_attn {version}.
 
 ``transformers.AutoModel*.from_pretrained(<this repo>, trust_remote_code=True)`` builds the classes
-below: the Transformers model, whose self-attention ``patch_model`` then replaces by
-``config.attn_impl`` with ``config.attn_config``, as ``hf_efficient_attn.patch_model`` does. The
+below: the Transformers model whose self-attention is replaced by ``config.attn_impl`` with
+``config.attn_config`` while it is built, exactly as ``hf_efficient_attn.AutoModel*`` does. The
 ``hea_*.py`` files beside this one are hf_efficient_attn's own modules ({example_file} is
 ``{example_source}``), copied at export with their package imports made relative.
 """
 
-import torch
 from transformers import {base_classes}
 
-from .{base_module} import AttentionMethod
 {method_imports}
-from .{bridge_module} import patch_model
-
-
-class EfficientAttentionMixin:
-    """Builds the Transformers model, then gives its self-attention layers the saved method."""
-
-    def __init__(self, config, *args, **kwargs):
-        super().__init__(config, *args, **kwargs)
-        patch_model(self, config.attn_impl, config.attn_config)
-
-    @classmethod
-    def from_pretrained(cls, *args, **kwargs):
-        loaded = super().from_pretrained(*args, **kwargs)
-        model = loaded[0] if isinstance(loaded, tuple) else loaded  # output_loading_info=True
-        # from_pretrained builds the model on the meta device and loads only the saved tensors:
-        # the methods' non-persistent buffers (e.g. Performer's seeded features) are rebuilt here.
-        with torch.no_grad():
-            for method in (m for m in model.modules() if isinstance(m, AttentionMethod)):
-                saved = method.state_dict().keys()
-                for name, buffer in type(method)(method.options, method.shape).named_buffers():
-                    if name not in saved:
-                        method.get_buffer(name).copy_(buffer)
-        return loaded
+from .{patching_module} import EfficientModelMixin
 {classes}'''
 
 
@@ -206,7 +184,7 @@ def render_modeling_file(model: nn.Module) -> tuple[str, dict[str, str]]:
     base_classes = model_classes(config.model_type)
     names = {cls: f"Efficient{cls}" for cls in dict.fromkeys(base_classes.values())}
     classes = "".join(
-        f"\n\nclass {efficient}(EfficientAttentionMixin, {cls}):\n"
+        f"\n\nclass {efficient}(EfficientModelMixin, {cls}):\n"
         f'    """``{cls}`` with ``config.attn_impl`` self-attention."""\n'
         for cls, efficient in names.items()
     )
@@ -218,13 +196,12 @@ def render_modeling_file(model: nn.Module) -> tuple[str, dict[str, str]]:
     source = MODELING_TEMPLATE.format(
         model_type=config.model_type,
         attn_impl=config.attn_impl,
-        version=importlib.metadata.version(PACKAGE),
+        version=__version__,
         example_file=f"``{shipped_module_name(example)}.py``",
         example_source=_source_file(example).relative_to(_source_file(PACKAGE).parents[1]).as_posix(),
         base_classes=", ".join(names),
-        base_module=shipped_module_name(AttentionMethod.__module__),
         method_imports=method_imports,
-        bridge_module=shipped_module_name(patch_model.__module__),
+        patching_module=shipped_module_name(EfficientModelMixin.__module__),
         classes=classes,
     )
     auto_map = {auto: f"{MODELING_MODULE}.{names[cls]}" for auto, cls in base_classes.items()}
@@ -237,7 +214,7 @@ def write_remote_code(model: nn.Module, folder: str | Path) -> dict[str, str]:
     folder = Path(folder)
     source, auto_map = render_modeling_file(model)
     (folder / f"{MODELING_MODULE}.py").write_text(source)
-    entries = [patch_model.__module__, AttentionMethod.__module__] + [m.__module__ for m in _method_classes(model)]
+    entries = [EfficientModelMixin.__module__] + [m.__module__ for m in _method_classes(model)]
     for module in module_closure(entries):
         source = flatten_imports(module, _source_file(module).read_text())
         (folder / f"{shipped_module_name(module)}.py").write_text(source)
