@@ -2,6 +2,7 @@
 scikit-learn, data errors, and tiny real-text runs (loss goes down, resume equals an
 uninterrupted run, evaluation is deterministic, accumulation equals one large batch)."""
 
+import dataclasses
 import json
 import math
 import os
@@ -18,7 +19,7 @@ from transformers import DataCollatorForLanguageModeling, EvalPrediction, Traine
 
 import hf_efficient_attn as hea
 from hf_efficient_attn.training.args import ModelArguments
-from hf_efficient_attn.training.data import load_raw_datasets, text_column, tokenize_in_blocks
+from hf_efficient_attn.training.data import load_raw_datasets, mean_length, text_column, tokenize_in_blocks
 from hf_efficient_attn.training.loss import global_mean_loss
 from hf_efficient_attn.training.masking import DeterministicallyMaskedDataset, MaskingEpochCallback
 from hf_efficient_attn.training.metrics import masked_token_accuracy
@@ -106,6 +107,8 @@ def test_text_is_grouped_into_full_blocks_in_order():
     stream = [t for text in texts for t in tokenizer(text)["input_ids"]]
     assert all(len(ids) == 16 for ids in blocks["input_ids"])
     assert [t for ids in blocks["input_ids"] for t in ids] == stream[: len(stream) // 16 * 16]
+    assert mean_length(blocks) == 16
+    assert mean_length(Dataset.from_dict({"input_ids": [[1, 2, 3], [4], [5, 6]]}).select([0, 1])) == 2
     with pytest.raises(ValueError, match="fewer than one block of --max_seq_length 4096"):
         tokenize_in_blocks(DatasetDict(train=Dataset.from_dict({"text": texts})), tokenizer, "text", 4096)
 
@@ -258,3 +261,30 @@ def test_tensorboard_reporting(workspace, tmp_path):
     run(workspace, tmp_path / "tb", "--do_train", "--max_steps", "2", "--report_to", "tensorboard",
         "--logging_dir", str(tmp_path / "tb" / "runs"))  # fmt: skip
     assert any(name.startswith("events.out.tfevents") for _, _, files in os.walk(tmp_path / "tb" / "runs") for name in files)
+
+
+RECIPES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs", "train")
+
+
+@pytest.mark.parametrize("name", sorted(os.listdir(RECIPES)))
+def test_recipes_name_only_known_flags(name, tmp_path, monkeypatch):
+    """Every key of configs/train/*.json is a flag of pretrain_mlm.py; the CPU recipes parse
+    whole (the GPU ones ask for bf16, which TrainingArguments refuses without a GPU here)."""
+    from transformers import TrainingArguments
+
+    from hf_efficient_attn.training.args import parse_arguments
+
+    with open(os.path.join(RECIPES, name)) as f:
+        recipe = json.load(f)
+    types = (ModelArguments, MLMDataArguments, TrainingArguments)
+    flags = {f.name for cls in types for f in dataclasses.fields(cls)}
+    assert set(recipe) <= flags, sorted(set(recipe) - flags)
+    if recipe.get("use_cpu"):
+        monkeypatch.chdir(tmp_path)
+        for key in ("train_file", "validation_file"):
+            os.makedirs(os.path.dirname(recipe[key]), exist_ok=True)
+            with open(recipe[key], "w") as f:
+                f.write('{"text": "A line."}\n')
+        model_args, data_args, training_args = parse_arguments(types, [os.path.join(RECIPES, name)])
+        assert data_args.max_seq_length == 2048 and training_args.max_steps == recipe["max_steps"]
+        assert model_args.attn_impl == recipe.get("attn_impl")

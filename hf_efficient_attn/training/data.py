@@ -10,7 +10,6 @@ import os
 from itertools import chain
 from typing import Any, ContextManager
 
-import pyarrow.compute
 from datasets import Dataset, DatasetDict, load_dataset
 from transformers import PreTrainedTokenizerBase
 
@@ -153,8 +152,8 @@ def mean_length(examples: Dataset | None) -> float | None:
     """Mean number of tokens per example, read from Arrow's list offsets (no Python lists)."""
     if examples is None or len(examples) == 0:
         return None
-    lengths = pyarrow.compute.list_value_length(examples.with_format("arrow")["input_ids"])
-    return pyarrow.compute.sum(lengths).as_py() / len(examples)
+    column = examples.with_format("arrow")["input_ids"]  # a pyarrow ChunkedArray of lists
+    return sum(chunk.value_lengths().sum().as_py() or 0 for chunk in column.chunks) / len(examples)
 
 
 def write_wikipedia_jsonl(output_dir: str, validation_articles: int = 8, min_words: int = 0) -> dict[str, Any]:

@@ -48,6 +48,7 @@ class DeterministicallyMaskedDataset(TorchDataset):
         row = dict(self.examples[int(index)])
         special = torch.tensor(row.pop("special_tokens_mask"), dtype=torch.bool)[None]
         input_ids = torch.tensor(row.pop("input_ids"))[None]
+        # `generator` is the collator's own RNG (what its `seed=` option sets once); here, per example.
         self.masker.generator = torch.Generator().manual_seed(example_seed(self.seed, self.epoch, int(index)))
         masked, labels = self.masker.torch_mask_tokens(input_ids, special)
         return {**row, "input_ids": masked[0], "labels": labels[0]}
