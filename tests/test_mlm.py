@@ -180,6 +180,11 @@ def test_max_seq_length_above_the_table(workspace, tmp_path):
         run(workspace, tmp_path, "--do_train", "--max_seq_length", "512")
 
 
+def test_fp16_on_cpu_is_refused(workspace, tmp_path):
+    with pytest.raises(ValueError, match="--fp16 needs a GPU"):
+        run(workspace, tmp_path, "--do_train", "--fp16", "--use_cpu")
+
+
 def test_tiny_run_learns_and_writes_what_run_mlm_writes(workspace, tmp_path, capsys):
     out = tmp_path / "out"
     config = {
@@ -257,10 +262,11 @@ def test_trainer_options_on_cpu(workspace, tmp_path):
 
 
 def test_tensorboard_reporting(workspace, tmp_path):
+    """Transformers 5 writes TensorBoard events under output_dir (no --logging_dir any more)."""
     pytest.importorskip("tensorboard")
-    run(workspace, tmp_path / "tb", "--do_train", "--max_steps", "2", "--report_to", "tensorboard",
-        "--logging_dir", str(tmp_path / "tb" / "runs"))  # fmt: skip
-    assert any(name.startswith("events.out.tfevents") for _, _, files in os.walk(tmp_path / "tb" / "runs") for name in files)
+    run(workspace, tmp_path / "tb", "--do_train", "--max_steps", "2", "--report_to", "tensorboard")
+    events = [name for _, _, files in os.walk(tmp_path / "tb") for name in files if name.startswith("events.out.tfevents")]
+    assert events
 
 
 RECIPES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs", "train")

@@ -41,6 +41,14 @@ def setup_logging(training_args: TrainingArguments) -> None:
     )
 
 
+def check_precision(training_args: TrainingArguments) -> None:
+    """``--fp16`` on a CPU is refused: Trainer accepts it there but runs in fp32 (Accelerate has
+    no fp16 autocast on CPU; measured with Transformers 5.23 / Accelerate 1.15), so the flag
+    would be silently ignored. ``--bf16`` does autocast on CPU."""
+    if training_args.fp16 and training_args.device.type == "cpu":
+        raise ValueError("--fp16 needs a GPU: on CPU Trainer silently trains in fp32; use --bf16 (CPU autocast) or no flag")
+
+
 def checkpoint_to_resume(training_args: TrainingArguments) -> str | None:
     """``--resume_from_checkpoint`` if given, else the last ``checkpoint-*`` in ``output_dir``
     (as ``run_glue.py``: rerunning a stopped command continues it)."""

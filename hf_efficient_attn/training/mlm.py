@@ -26,6 +26,7 @@ from ..long import max_tokens
 from .args import DataArguments, ModelArguments, parse_arguments
 from .data import first_rows, mean_length, load_raw_datasets, text_column, tokenize_in_blocks, tokenize_lines
 from .driver import (
+    check_precision,
     checkpoint_to_resume,
     evaluate_and_save,
     load_model,
@@ -81,6 +82,7 @@ def block_length(data_args: MLMDataArguments, tokenizer_limit: int, model_limit:
 def run_mlm(model_args: ModelArguments, data_args: MLMDataArguments, training_args: TrainingArguments) -> dict:
     """Tokenise, train, evaluate and save as ``run_mlm.py``; returns all metrics."""
     setup_logging(training_args)
+    check_precision(training_args)
     if training_args.dataloader_persistent_workers and training_args.dataloader_num_workers > 0:
         raise ValueError(
             "--dataloader_persistent_workers keeps each worker's copy of the training set, so the masks would not "
@@ -137,9 +139,9 @@ def run_mlm(model_args: ModelArguments, data_args: MLMDataArguments, training_ar
         # Pads input_ids with the pad token and labels with -100 (blocks need none; lines do).
         data_collator=DataCollatorForTokenClassification(tokenizer),
         compute_loss_func=global_mean_loss,
-        compute_metrics=masked_token_accuracy if eval_set else None,
-        preprocess_logits_for_metrics=predicted_tokens if eval_set else None,
-        callbacks=[MaskingEpochCallback(train_set)] if train_set else None,
+        compute_metrics=masked_token_accuracy if eval_set is not None else None,
+        preprocess_logits_for_metrics=predicted_tokens if eval_set is not None else None,
+        callbacks=[MaskingEpochCallback(train_set)] if train_set is not None else None,
     )
 
     train_metrics = eval_metrics = None
