@@ -31,7 +31,7 @@ class ConversionReport:
         if self.tokens_after > self.tokens_before:
             positions = (
                 f"position table: {self.tokens_before} -> {self.tokens_after} tokens "
-                f"(the pretrained {self.tokens_before} positions copied {-(-self.tokens_after // self.tokens_before)} times)"
+                f"(the pretrained {self.tokens_before} positions repeated to fill it)"
             )
         else:
             already = "Longformer is already a long model: " if self.model_type == "longformer" else ""
@@ -70,7 +70,8 @@ def convert_to_long(
     the length (Linformer's E, F) get the new length. A checkpoint without an MLM head (e.g. a
     sentence encoder saved as ``BertModel``) gets a newly initialised head, listed in the report.
     Without ``attn_impl``, the method saved in the checkpoint's config (if any) is kept.
-    ``config_name`` / ``tokenizer_name`` load those from elsewhere; ``hub_kwargs`` (``cache_dir``, ``revision``, ``token``, ``trust_remote_code``) go to
+    ``config_name`` / ``tokenizer_name`` load those from elsewhere; ``hub_kwargs``
+    (``cache_dir``, ``revision``, ``token``, ``trust_remote_code``) go to
     every ``from_pretrained``.
     """
     max_length = check_max_length(max_length)
@@ -93,7 +94,9 @@ def convert_to_long(
         extend_position_embeddings(model, max_length)
     if name is not None:
         patch_model(model, name, options)
-    tokenizer = AutoTokenizer.from_pretrained(tokenizer_name or model_name_or_path, use_fast=use_fast_tokenizer, **hub_kwargs)
+    tokenizer = AutoTokenizer.from_pretrained(
+        tokenizer_name or model_name_or_path, use_fast=use_fast_tokenizer, **hub_kwargs
+    )
     tokenizer.model_max_length = max_tokens(model.config)
     if output_dir is not None:
         model.save_pretrained(output_dir)

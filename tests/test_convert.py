@@ -80,7 +80,18 @@ def test_length_bound_method_is_sized_after_the_extension(tmp_path):
 def test_real_checkpoint_without_mlm_head_gets_a_new_one(tmp_path, capsys):
     """all-MiniLM-L6-v2 is a BertModel: the CLI adds a head, says so, and keeps the encoder."""
     out = str(tmp_path / "minilm")
-    report = main(["--model_name_or_path", str(minilm_path()), "--max_length", "1024", "--attn_impl", "softmax", "--output_dir", out])
+    report = main(
+        [
+            "--model_name_or_path",
+            str(minilm_path()),
+            "--max_length",
+            "1024",
+            "--attn_impl",
+            "softmax",
+            "--output_dir",
+            out,
+        ]
+    )
     printed = capsys.readouterr().out
     assert "MLM head: the checkpoint has none; a new one was initialised" in printed and "512 -> 1024 tokens" in printed
     assert any(name.startswith("cls.predictions.transform") for name in report.new_head_tensors)

@@ -147,9 +147,9 @@ def test_method_arguments_are_checked():
         ModelArguments(model_name_or_path="x", attn_impl="mra3")
     with pytest.raises(ValueError, match="--attn_config must be a JSON object"):
         ModelArguments(model_name_or_path="x", attn_impl="mra2", attn_config="block_per_row=16")
-    assert ModelArguments(model_name_or_path="x", attn_impl="mra2", attn_config='{"block_per_row": 16}').attn_options == {
-        "block_per_row": 16
-    }
+    assert ModelArguments(
+        model_name_or_path="x", attn_impl="mra2", attn_config='{"block_per_row": 16}'
+    ).attn_options == {"block_per_row": 16}
 
 
 # ---- tiny real-text runs -------------------------------------------------------------------
@@ -252,7 +252,8 @@ def test_trainer_options_on_cpu(workspace, tmp_path):
     """bf16 autocast, gradient checkpointing through the patched attention, line-by-line
     examples (padded batches), epoch-based evaluation and saving."""
     out = tmp_path / "opts"
-    metrics = run(workspace, out, "--do_train", "--do_eval", "--use_cpu", "--bf16", "--gradient_checkpointing", "--line_by_line",
+    metrics = run(workspace, out, "--do_train", "--do_eval", "--use_cpu", "--bf16", "--gradient_checkpointing",
+                  "--line_by_line",
                   "--num_train_epochs", "1", "--max_train_samples", "24", "--per_device_train_batch_size", "6",
                   "--eval_strategy", "epoch", "--save_strategy", "epoch")  # fmt: skip
     assert math.isfinite(metrics["eval_loss"]) and metrics["epoch"] == 1
@@ -265,7 +266,9 @@ def test_tensorboard_reporting(workspace, tmp_path):
     """Transformers 5 writes TensorBoard events under output_dir (no --logging_dir any more)."""
     pytest.importorskip("tensorboard")
     run(workspace, tmp_path / "tb", "--do_train", "--max_steps", "2", "--report_to", "tensorboard")
-    events = [name for _, _, files in os.walk(tmp_path / "tb") for name in files if name.startswith("events.out.tfevents")]
+    events = [
+        name for _, _, files in os.walk(tmp_path / "tb") for name in files if name.startswith("events.out.tfevents")
+    ]
     assert events
 
 

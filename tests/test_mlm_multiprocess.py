@@ -65,11 +65,12 @@ def test_real_minilm_to_1024_tokens_through_the_scripts(tmp_path):
     converted = run_script(["scripts/convert_to_long.py", "--model_name_or_path", str(minilm_path()),
                             "--max_length", "1024", "--attn_impl", "mra2", "--output_dir", str(long)])  # fmt: skip
     assert "a new one was initialised" in converted.stdout
+    wiki = tmp_path / "wiki"
     result = run_script([
-        "scripts/pretrain_mlm.py", "--model_name_or_path", str(long), "--train_file", str(tmp_path / "wiki" / "train.jsonl"),
-        "--validation_file", str(tmp_path / "wiki" / "validation.jsonl"), "--max_seq_length", "1024",
-        "--do_train", "--do_eval", "--max_steps", "3", "--per_device_train_batch_size", "1", "--max_eval_samples", "2",
-        "--learning_rate", "1e-4", "--report_to", "none", "--disable_tqdm", "true", "--output_dir", str(tmp_path / "mlm"),
+        "scripts/pretrain_mlm.py", "--model_name_or_path", str(long), "--train_file", str(wiki / "train.jsonl"),
+        "--validation_file", str(wiki / "validation.jsonl"), "--max_seq_length", "1024", "--do_train", "--do_eval",
+        "--max_steps", "3", "--per_device_train_batch_size", "1", "--max_eval_samples", "2", "--learning_rate", "1e-4",
+        "--report_to", "none", "--disable_tqdm", "true", "--output_dir", str(tmp_path / "mlm"),
     ])  # fmt: skip
     assert "summary: attention mra2, train " in result.stdout
     results = read_json(tmp_path / "mlm", "all_results.json")

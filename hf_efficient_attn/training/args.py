@@ -53,7 +53,7 @@ class ModelArguments:
     )
     attn_config: str | None = field(
         default=None,
-        metadata={"help": 'Method options as a JSON object, e.g. \'{"block_per_row": 16}\' (see hea.method_options).'},
+        metadata={"help": "Method options as a JSON object, e.g. '{\"block_per_row\": 16}' (see hea.method_options)."},
     )
     config_name: str | None = field(
         default=None, metadata={"help": "Pretrained config name or path if not the same as model_name_or_path."}
@@ -114,7 +114,9 @@ class DataArguments:
     )
     max_seq_length: int | None = field(
         default=None,
-        metadata={"help": "Tokens per sequence. Default: the tokenizer's model_max_length, capped by the model's table."},
+        metadata={
+            "help": "Tokens per sequence. Default: the tokenizer's model_max_length, capped by the model's table."
+        },
     )
     max_train_samples: int | None = field(
         default=None, metadata={"help": "Keep only this many training examples (debugging, quick runs)."}

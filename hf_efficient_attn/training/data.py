@@ -42,7 +42,8 @@ def load_raw_datasets(
     if "validation" not in raw and "train" in raw:
         if not 0 < validation_split_percentage < 100:
             raise ValueError(
-                f"--validation_split_percentage must be in 1..99 to carve a validation split, got {validation_split_percentage}"
+                "--validation_split_percentage must be in 1..99 to carve a validation split, "
+                f"got {validation_split_percentage}"
             )
         raw["validation"] = load_dataset(source, split=f"train[:{validation_split_percentage}%]", **kwargs)
         raw["train"] = load_dataset(source, split=f"train[{validation_split_percentage}%:]", **kwargs)

@@ -46,7 +46,9 @@ def check_precision(training_args: TrainingArguments) -> None:
     no fp16 autocast on CPU; measured with Transformers 5.23 / Accelerate 1.15), so the flag
     would be silently ignored. ``--bf16`` does autocast on CPU."""
     if training_args.fp16 and training_args.device.type == "cpu":
-        raise ValueError("--fp16 needs a GPU: on CPU Trainer silently trains in fp32; use --bf16 (CPU autocast) or no flag")
+        raise ValueError(
+            "--fp16 needs a GPU: on CPU Trainer silently trains in fp32; use --bf16 (CPU autocast) or no flag"
+        )
 
 
 def checkpoint_to_resume(training_args: TrainingArguments) -> str | None:
@@ -122,16 +124,18 @@ def summary_line(
     train_metrics: dict[str, float] | None,
     tokens_per_example: float | None,
     eval_metrics: dict[str, float] | None,
-    accuracy_name: str = "accuracy",
+    metric: str = "eval_accuracy",
+    metric_label: str = "accuracy",
 ) -> str:
-    """One closing line: method, training throughput in tokens/s and the main eval metrics."""
+    """One closing line: method, training throughput in tokens/s and the main eval metric
+    (``eval_metrics[metric]``, printed as ``metric_label``), eval loss and perplexity."""
     method = getattr(model.config, "attn_impl", None) or "exact (no attn_impl)"
     parts = [f"attention {method}"]
     if train_metrics and tokens_per_example:
         rate = train_metrics["train_samples_per_second"] * tokens_per_example
         parts.append(f"train {rate:,.0f} tokens/s ({train_metrics['train_runtime']:.1f} s)")
     if eval_metrics:
-        parts.append(f"eval {accuracy_name} {eval_metrics['eval_accuracy']:.4f}")
+        parts.append(f"eval {metric_label} {eval_metrics[metric]:.4f}")
         parts.append(f"eval_loss {eval_metrics['eval_loss']:.4f}")
         if "perplexity" in eval_metrics:
             parts.append(f"perplexity {eval_metrics['perplexity']:.2f}")

@@ -22,7 +22,9 @@ import torch.nn.functional as F
 IGNORE_INDEX = -100
 
 
-def global_mean_loss(outputs: Any, labels: torch.Tensor, num_items_in_batch: torch.Tensor | int | None = None) -> torch.Tensor:
+def global_mean_loss(
+    outputs: Any, labels: torch.Tensor, num_items_in_batch: torch.Tensor | int | None = None
+) -> torch.Tensor:
     """Summed loss of this micro-batch divided by ``num_items_in_batch`` (the step's item count;
     this batch's own count when None). Integer labels: cross-entropy over the last axis of the
     logits, ``-100`` ignored (masked LM, token and sequence classification); float labels:

@@ -24,7 +24,7 @@ from transformers import (
 from .. import AutoModelForMaskedLM
 from ..long import max_tokens
 from .args import DataArguments, ModelArguments, parse_arguments
-from .data import first_rows, mean_length, load_raw_datasets, text_column, tokenize_in_blocks, tokenize_lines
+from .data import first_rows, load_raw_datasets, mean_length, text_column, tokenize_in_blocks, tokenize_lines
 from .driver import (
     check_precision,
     checkpoint_to_resume,
@@ -47,7 +47,8 @@ class MLMDataArguments(DataArguments):
     """``run_mlm.py``'s data flags, plus the text column and the validation masking seed."""
 
     validation_split_percentage: int = field(
-        default=5, metadata={"help": "Percent of the training rows used for validation when there is no validation split."}
+        default=5,
+        metadata={"help": "Percent of the training rows used for validation when there is no validation split."},
     )
     mlm_probability: float = field(default=0.15, metadata={"help": "Fraction of tokens to mask."})
     line_by_line: bool = field(
@@ -149,7 +150,9 @@ def run_mlm(model_args: ModelArguments, data_args: MLMDataArguments, training_ar
         train_metrics = train_and_save(trainer, checkpoint, len(train_set))
     if eval_set is not None:
         eval_metrics = evaluate_and_save(trainer, len(eval_set), with_perplexity=True)
-    line = summary_line(model, train_metrics, mean_length(train_examples), eval_metrics, "masked-token accuracy")
+    line = summary_line(
+        model, train_metrics, mean_length(train_examples), eval_metrics, metric_label="masked-token accuracy"
+    )
     if trainer.is_world_process_zero():
         print(line)
     return {**(train_metrics or {}), **(eval_metrics or {})}
