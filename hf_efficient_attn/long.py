@@ -1,8 +1,8 @@
-"""Longer inputs: the position table stretched by copying (the Longformer recipe), and a
-clear error for inputs longer than the table."""
-
+"""Longer inputs: the position table stretched by copying (the Longformer recipe), and the
+longest input a model's table allows (patched models check it on every call, ``patching.py``)."""
 from __future__ import annotations
 
+import numbers
 from typing import Any
 
 import torch
@@ -24,6 +24,14 @@ def max_tokens(config: Any) -> int:
     return config.max_position_embeddings - position_offset(config)
 
 
+def check_max_length(max_length: Any) -> int:
+    """``max_length`` as an ``int``; ``ValueError`` unless it is a positive integer (bools,
+    floats and strings are refused rather than truncated or parsed)."""
+    if isinstance(max_length, bool) or not isinstance(max_length, numbers.Integral) or max_length <= 0:
+        raise ValueError(f"max_length must be a positive integer (a number of tokens), got {max_length!r}")
+    return int(max_length)
+
+
 def _embeddings(model: PreTrainedModel) -> nn.Module:
     embeddings = getattr(model.base_model, "embeddings", None)
     if embeddings is None or not hasattr(embeddings, "position_embeddings"):
@@ -35,6 +43,7 @@ def extend_position_embeddings(model: PreTrainedModel, max_length: int = 4096) -
     """Stretch the position table to ``max_length`` tokens, in place, by repeating the
     pretrained table (Beltagy et al. 2020, section 5: "copy the 512 position embeddings
     multiple times"). Special leading rows (RoBERTa's padding offset) are kept once."""
+    max_length = check_max_length(max_length)
     config = model.config
     offset = position_offset(config)
     for method in (m for m in model.modules() if isinstance(m, AttentionMethod) and m.length_bound):
@@ -62,23 +71,3 @@ def extend_position_embeddings(model: PreTrainedModel, max_length: int = 4096) -
     config.max_position_embeddings = total
     return model
 
-
-def install_length_check(model: PreTrainedModel) -> None:
-    """Raise a clear ``ValueError`` (instead of an index error) for inputs longer than the table."""
-    embeddings = _embeddings(model)
-    if getattr(embeddings, "_hea_length_check", False):
-        return
-
-    def check(module: nn.Module, args: tuple, kwargs: dict) -> None:
-        tokens = kwargs.get("input_ids", args[0] if args else None)
-        if tokens is None:
-            tokens = kwargs.get("inputs_embeds")
-        limit = max_tokens(model.config)
-        if tokens is not None and tokens.shape[1] > limit:
-            raise ValueError(
-                f"input of {tokens.shape[1]} tokens exceeds the position table ({limit} tokens allowed); "
-                f"call hf_efficient_attn.extend_position_embeddings(model, max_length={tokens.shape[1]}) first"
-            )
-
-    embeddings.register_forward_pre_hook(check, with_kwargs=True)
-    embeddings._hea_length_check = True
