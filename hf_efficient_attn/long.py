@@ -1,5 +1,6 @@
 """Longer inputs: the position table stretched by copying (the Longformer recipe), and the
 longest input a model's table allows (patched models check it on every call, ``patching.py``)."""
+
 from __future__ import annotations
 
 import numbers
