@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import json
-import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from transformers import HfArgumentParser
-
 import hf_efficient_attn as hea
 
+from ..training.args import parse_arguments, parse_attn_config
 from .push import push_variant
 
 
@@ -78,16 +75,8 @@ class PushArguments:
 
     @property
     def attn_options(self) -> dict[str, Any] | None:
-        """``--attn_config`` as a dict; ``ValueError`` unless it is a JSON object."""
-        if self.attn_config is None:
-            return None
-        try:
-            options = json.loads(self.attn_config)
-        except json.JSONDecodeError as err:
-            raise ValueError(f"--attn_config must be a JSON object, got {self.attn_config!r} ({err})") from None
-        if not isinstance(options, dict):
-            raise ValueError(f"--attn_config must be a JSON object of method options, got {self.attn_config!r}")
-        return options
+        """``--attn_config`` as a dict (None when not given); ``ValueError`` unless it is a JSON object."""
+        return None if self.attn_config is None else parse_attn_config(self.attn_config)
 
     def __post_init__(self) -> None:
         self.attn_options  # noqa: B018  (validates --attn_config when parsed)
@@ -95,12 +84,7 @@ class PushArguments:
 
 def main(argv: Sequence[str] | None = None) -> str:
     """Parse the flags (or a single ``.json`` file of them) and push; prints and returns the result."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    parser = HfArgumentParser(PushArguments)
-    if len(argv) == 1 and argv[0].endswith(".json"):
-        (args,) = parser.parse_json_file(argv[0])
-    else:
-        (args,) = parser.parse_args_into_dataclasses(argv)
+    (args,) = parse_arguments([PushArguments], argv)
     options = {**asdict(args), "attn_config": args.attn_options}
     result = push_variant(**options)
     print(f"wrote {result} (nothing uploaded)" if args.dry_run else f"pushed: {result}")
