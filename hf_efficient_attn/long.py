@@ -3,6 +3,7 @@ clear error for inputs longer than the table."""
 
 from __future__ import annotations
 
+import numbers
 from typing import Any
 
 import torch
@@ -24,6 +25,14 @@ def max_tokens(config: Any) -> int:
     return config.max_position_embeddings - position_offset(config)
 
 
+def check_max_length(max_length: Any) -> int:
+    """``max_length`` as an ``int``; ``ValueError`` unless it is a positive integer (bools,
+    floats and strings are refused rather than truncated or parsed)."""
+    if isinstance(max_length, bool) or not isinstance(max_length, numbers.Integral) or max_length <= 0:
+        raise ValueError(f"max_length must be a positive integer (a number of tokens), got {max_length!r}")
+    return int(max_length)
+
+
 def _embeddings(model: PreTrainedModel) -> nn.Module:
     embeddings = getattr(model.base_model, "embeddings", None)
     if embeddings is None or not hasattr(embeddings, "position_embeddings"):
@@ -35,6 +44,7 @@ def extend_position_embeddings(model: PreTrainedModel, max_length: int = 4096) -
     """Stretch the position table to ``max_length`` tokens, in place, by repeating the
     pretrained table (Beltagy et al. 2020, section 5: "copy the 512 position embeddings
     multiple times"). Special leading rows (RoBERTa's padding offset) are kept once."""
+    max_length = check_max_length(max_length)
     config = model.config
     offset = position_offset(config)
     for method in (m for m in model.modules() if isinstance(m, AttentionMethod) and m.length_bound):

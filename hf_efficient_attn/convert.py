@@ -1,0 +1,141 @@
+"""Turn a 512-position checkpoint into a long-input model with an efficient attention: the
+first step of seed 003's long-sequence recipe (section 5.2) and of Longformer's (Beltagy et
+al. 2020, section 5). ``scripts/convert_to_long.py`` is the command line over
+:func:`convert_to_long`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from transformers import AutoConfig, AutoModelForMaskedLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+
+from .bridge import SELF_ATTENTION_CLASSES, patch_model
+from .long import check_max_length, extend_position_embeddings, max_tokens
+
+
+@dataclass
+class ConversionReport:
+    """What :func:`convert_to_long` did, for the user to read."""
+
+    model_type: str
+    tokens_before: int
+    tokens_after: int
+    attn_impl: str | None
+    attn_config: dict[str, Any]
+    new_head_tensors: list[str] = field(default_factory=list)
+    output_dir: str | None = None
+
+    def lines(self) -> list[str]:
+        if self.tokens_after > self.tokens_before:
+            positions = (
+                f"position table: {self.tokens_before} -> {self.tokens_after} tokens "
+                f"(the pretrained {self.tokens_before} positions repeated to fill it)"
+            )
+        else:
+            already = "Longformer is already a long model: " if self.model_type == "longformer" else ""
+            positions = f"position table: unchanged, {already}it already takes {self.tokens_before} tokens"
+        attention = (
+            f"attention: {self.attn_impl} {self.attn_config}" if self.attn_impl else "attention: unchanged (exact)"
+        )
+        lines = [f"model type: {self.model_type}", positions, attention]
+        if self.new_head_tensors:
+            lines.append(
+                f"MLM head: the checkpoint has none; a new one was initialised ({len(self.new_head_tensors)} tensors: "
+                f"{', '.join(self.new_head_tensors)}); continue MLM pretraining (scripts/pretrain_mlm.py) to train it"
+            )
+        lines.append(f"tokenizer: model_max_length = {self.tokens_after}")
+        if self.output_dir:
+            lines.append(f"saved model and tokenizer to {self.output_dir}")
+        return lines
+
+
+def convert_to_long(
+    model_name_or_path: str,
+    max_length: int = 4096,
+    attn_impl: str | None = None,
+    attn_config: dict[str, Any] | None = None,
+    output_dir: str | None = None,
+    config_name: str | None = None,
+    tokenizer_name: str | None = None,
+    use_fast_tokenizer: bool = True,
+    **hub_kwargs: Any,
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase, ConversionReport]:
+    """Load a checkpoint as a masked-LM model, stretch its position table to ``max_length``
+    tokens (:func:`~hf_efficient_attn.extend_position_embeddings`), swap its attention to
+    ``attn_impl`` and set the tokenizer's ``model_max_length``; save both to ``output_dir``.
+
+    The method is attached after the extension, so that methods whose parameters are sized by
+    the length (Linformer's E, F) get the new length. A checkpoint without an MLM head (e.g. a
+    sentence encoder saved as ``BertModel``) gets a newly initialised head, listed in the report.
+    Without ``attn_impl``, the method saved in the checkpoint's config (if any) is kept.
+    ``config_name`` / ``tokenizer_name`` load those from elsewhere; ``hub_kwargs``
+    (``cache_dir``, ``revision``, ``token``, ``trust_remote_code``) go to
+    every ``from_pretrained``.
+    """
+    max_length = check_max_length(max_length)
+    config = AutoConfig.from_pretrained(config_name or model_name_or_path, **hub_kwargs)
+    if config.model_type not in SELF_ATTENTION_CLASSES:
+        raise ValueError(
+            f"unsupported model type {config.model_type!r}; supported: {', '.join(sorted(SELF_ATTENTION_CLASSES))}"
+        )
+    saved_method = getattr(config, "attn_impl", None)
+    name = attn_impl or saved_method
+    options = attn_config if attn_impl else {**(getattr(config, "attn_config", None) or {}), **(attn_config or {})}
+    # Plain Transformers loads the weights; the method is attached after the extension (see above).
+    model, loading_info = AutoModelForMaskedLM.from_pretrained(
+        model_name_or_path, config=config, output_loading_info=True, **hub_kwargs
+    )
+    prefix = model.base_model_prefix + "."
+    new_head = sorted(k for k in loading_info["missing_keys"] if not k.startswith(prefix))
+    tokens_before = max_tokens(config)
+    if max_length > tokens_before:  # a table as long or longer is kept (e.g. Longformer's 4096)
+        extend_position_embeddings(model, max_length)
+    if name is not None:
+        patch_model(model, name, options)
+    tokenizer = AutoTokenizer.from_pretrained(
+        tokenizer_name or model_name_or_path, use_fast=use_fast_tokenizer, **hub_kwargs
+    )
+    tokenizer.model_max_length = max_tokens(model.config)
+    if output_dir is not None:
+        model.save_pretrained(output_dir)
+        tokenizer.save_pretrained(output_dir)
+    report = ConversionReport(
+        model_type=config.model_type,
+        tokens_before=tokens_before,
+        tokens_after=max_tokens(model.config),
+        attn_impl=name,
+        attn_config=dict(model.config.attn_config) if name else {},
+        new_head_tensors=new_head,
+        output_dir=output_dir,
+    )
+    return model, tokenizer, report
+
+
+@dataclass
+class ConversionArguments:
+    """``scripts/convert_to_long.py``'s own flags (the model flags are :class:`ModelArguments`)."""
+
+    output_dir: str = field(metadata={"help": "Where to save the long model and its tokenizer."})
+    max_length: int = field(default=4096, metadata={"help": "Tokens the position table will take."})
+
+
+def main(argv: Sequence[str] | None = None) -> ConversionReport:
+    """Command line of ``scripts/convert_to_long.py``: convert, save, print what was done."""
+    from .training.args import ModelArguments, parse_arguments
+
+    model_args, conversion_args = parse_arguments((ModelArguments, ConversionArguments), argv)
+    *_, report = convert_to_long(
+        model_args.model_name_or_path,
+        conversion_args.max_length,
+        model_args.attn_impl,
+        model_args.attn_options,
+        conversion_args.output_dir,
+        config_name=model_args.config_name,
+        tokenizer_name=model_args.tokenizer_name,
+        use_fast_tokenizer=model_args.use_fast_tokenizer,
+        **model_args.hub_kwargs(),
+    )
+    print("\n".join(report.lines()))
+    return report

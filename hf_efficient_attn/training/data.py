@@ -1,0 +1,175 @@
+"""Raw text in, tokenised training examples out (``datasets``): Hub datasets or local
+txt/json/csv files, a validation split carved from the training data when there is none,
+and text grouped into full blocks of ``max_seq_length`` tokens (or one example per line)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from itertools import chain
+from typing import Any, ContextManager
+
+from datasets import Dataset, DatasetDict, load_dataset
+from transformers import PreTrainedTokenizerBase
+
+#: ``load_dataset`` builder for each local file extension.
+BUILDERS = {"txt": "text", "json": "json", "jsonl": "json", "csv": "csv"}
+
+
+def load_raw_datasets(
+    dataset_name: str | None = None,
+    dataset_config_name: str | None = None,
+    train_file: str | None = None,
+    validation_file: str | None = None,
+    validation_split_percentage: int = 5,
+    cache_dir: str | None = None,
+    token: str | None = None,
+) -> DatasetDict:
+    """``train`` / ``validation`` splits from a Hub dataset or local files. Without a
+    validation split, the first ``validation_split_percentage`` % of the training rows become
+    it (as in ``run_mlm.py``)."""
+    if dataset_name is not None:
+        source, kwargs = dataset_name, {"name": dataset_config_name}
+    else:
+        files = {split: path for split, path in (("train", train_file), ("validation", validation_file)) if path}
+        extensions = {path.rsplit(".", 1)[-1].lower() for path in files.values()}
+        if len({BUILDERS[e] for e in extensions}) > 1:
+            raise ValueError(f"--train_file and --validation_file must have the same format, got {sorted(extensions)}")
+        source, kwargs = BUILDERS[extensions.pop()], {"data_files": files}
+    kwargs.update(cache_dir=cache_dir, token=token)
+    raw = load_dataset(source, **kwargs)
+    if "validation" not in raw and "train" in raw:
+        if not 0 < validation_split_percentage < 100:
+            raise ValueError(
+                "--validation_split_percentage must be in 1..99 to carve a validation split, "
+                f"got {validation_split_percentage}"
+            )
+        raw["validation"] = load_dataset(source, split=f"train[:{validation_split_percentage}%]", **kwargs)
+        raw["train"] = load_dataset(source, split=f"train[{validation_split_percentage}%:]", **kwargs)
+    for split, rows in raw.items():
+        if len(rows) == 0:
+            raise ValueError(
+                f"the {split} split is empty"
+                + (" (raise --validation_split_percentage or give --validation_file)" if split == "validation" else "")
+            )
+    return raw
+
+
+def text_column(dataset: Dataset, name: str | None = None) -> str:
+    """The column holding the text: ``name``, else ``text``; ``ValueError`` naming the columns
+    there are when it is missing or not a string column."""
+    name = name or "text"
+    columns = dataset.column_names
+    if name not in columns:
+        raise ValueError(
+            f"the dataset has no text column {name!r}; its columns are {columns}: pass --text_column_name COLUMN"
+        )
+    dtype = getattr(dataset.features[name], "dtype", None)
+    if dtype not in ("string", "large_string"):
+        raise ValueError(f"column {name!r} must hold text (strings), but its type is {dataset.features[name]}")
+    return name
+
+
+def tokenize_in_blocks(
+    raw: DatasetDict,
+    tokenizer: PreTrainedTokenizerBase,
+    column: str,
+    block_size: int,
+    num_proc: int | None = None,
+    load_from_cache_file: bool = True,
+    main_process_first: ContextManager | None = None,
+) -> DatasetDict:
+    """Tokenise every text whole (no truncation), concatenate, and cut into blocks of exactly
+    ``block_size`` tokens: long documents stay long, and no position is padding. The tail of
+    each ``map`` batch of 1000 texts that does not fill a block is dropped (as ``run_mlm.py``)."""
+
+    def tokenize(batch: dict[str, list]) -> dict[str, list]:
+        return tokenizer(batch[column], return_special_tokens_mask=True, verbose=False)
+
+    def group(batch: dict[str, list]) -> dict[str, list]:
+        joined = {key: list(chain.from_iterable(values)) for key, values in batch.items()}
+        usable = len(joined["input_ids"]) // block_size * block_size
+        return {key: [ids[i : i + block_size] for i in range(0, usable, block_size)] for key, ids in joined.items()}
+
+    with main_process_first or contextlib.nullcontext():
+        tokens = raw.map(
+            tokenize,
+            batched=True,
+            num_proc=num_proc,
+            remove_columns=raw["train" if "train" in raw else "validation"].column_names,
+            load_from_cache_file=load_from_cache_file,
+            desc="Tokenising texts",
+        )
+        blocks = tokens.map(
+            group,
+            batched=True,
+            num_proc=num_proc,
+            load_from_cache_file=load_from_cache_file,
+            desc=f"Grouping texts in blocks of {block_size} tokens",
+        )
+    for split, rows in blocks.items():
+        if len(rows) == 0:
+            total = sum(len(ids) for ids in tokens[split]["input_ids"])
+            raise ValueError(
+                f"the {split} text has {total} tokens, fewer than one block of --max_seq_length {block_size}: "
+                "give more text or a smaller --max_seq_length"
+            )
+    return blocks
+
+
+def tokenize_lines(
+    raw: DatasetDict,
+    tokenizer: PreTrainedTokenizerBase,
+    column: str,
+    max_length: int,
+    num_proc: int | None = None,
+    load_from_cache_file: bool = True,
+    main_process_first: ContextManager | None = None,
+) -> DatasetDict:
+    """One example per non-empty line (``--line_by_line``), truncated to ``max_length`` tokens."""
+
+    def tokenize(batch: dict[str, list]) -> dict[str, list]:
+        lines = [line for line in batch[column] if line and not line.isspace()]
+        return tokenizer(lines, truncation=True, max_length=max_length, return_special_tokens_mask=True)
+
+    with main_process_first or contextlib.nullcontext():
+        return raw.map(
+            tokenize,
+            batched=True,
+            num_proc=num_proc,
+            remove_columns=raw["train" if "train" in raw else "validation"].column_names,
+            load_from_cache_file=load_from_cache_file,
+            desc="Tokenising lines",
+        )
+
+
+def first_rows(dataset: Dataset, limit: int | None) -> Dataset:
+    """The first ``limit`` rows (``--max_train_samples`` / ``--max_eval_samples``)."""
+    return dataset if limit is None else dataset.select(range(min(limit, len(dataset))))
+
+
+def mean_length(examples: Dataset | None) -> float | None:
+    """Mean number of tokens per example, read from Arrow's list offsets (no Python lists)."""
+    if examples is None or len(examples) == 0:
+        return None
+    column = examples.with_format("arrow")["input_ids"]  # a pyarrow ChunkedArray of lists
+    return sum(chunk.value_lengths().sum().as_py() or 0 for chunk in column.chunks) / len(examples)
+
+
+def write_wikipedia_jsonl(output_dir: str, validation_articles: int = 8, min_words: int = 0) -> dict[str, Any]:
+    """Write gensim's real English Wikipedia articles (:mod:`hf_efficient_attn.data.corpus`)
+    as ``train.jsonl`` / ``validation.jsonl`` (``{"title", "text"}`` per line, one whole
+    article each), the last ``validation_articles`` held out. Returns the counts."""
+    from ..data.corpus import wikipedia_articles
+
+    articles = wikipedia_articles(min_words=min_words, with_titles=True)
+    if not 0 < validation_articles < len(articles):
+        raise ValueError(f"validation_articles must be in 1..{len(articles) - 1}, got {validation_articles}")
+    os.makedirs(output_dir, exist_ok=True)
+    splits = {"train": articles[:-validation_articles], "validation": articles[-validation_articles:]}
+    for split, rows in splits.items():
+        with open(os.path.join(output_dir, f"{split}.jsonl"), "w", encoding="utf-8") as f:
+            for title, text in rows:
+                f.write(json.dumps({"title": title, "text": text}) + "\n")
+    return {split: len(rows) for split, rows in splits.items()}

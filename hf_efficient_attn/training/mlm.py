@@ -1,0 +1,163 @@
+"""Continued masked-language-model pretraining with Trainer (``scripts/pretrain_mlm.py``): the
+recovery step of seed 003, section 5.2 after stretching a checkpoint with ``convert_to_long``.
+
+Differences from Transformers' ``run_mlm.py``, each for a reason: masks come from
+:mod:`.masking` (exact resume, fixed validation masks), the loss from :mod:`.loss` (same loss
+on any number of processes), a missing text column or a ``--max_seq_length`` beyond the
+position table is an error instead of a silent fallback.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from transformers import (
+    DataCollatorForLanguageModeling,
+    DataCollatorForTokenClassification,
+    Trainer,
+    TrainingArguments,
+    set_seed,
+)
+
+from .. import AutoModelForMaskedLM
+from ..long import max_tokens
+from .args import DataArguments, ModelArguments, parse_arguments
+from .data import first_rows, load_raw_datasets, mean_length, text_column, tokenize_in_blocks, tokenize_lines
+from .driver import (
+    check_precision,
+    checkpoint_to_resume,
+    evaluate_and_save,
+    load_model,
+    load_tokenizer,
+    setup_logging,
+    summary_line,
+    train_and_save,
+)
+from .loss import global_mean_loss
+from .masking import DeterministicallyMaskedDataset, MaskingEpochCallback
+from .metrics import masked_token_accuracy, predicted_tokens
+
+logger = logging.getLogger("hf_efficient_attn.training")
+
+
+@dataclass
+class MLMDataArguments(DataArguments):
+    """``run_mlm.py``'s data flags, plus the text column and the validation masking seed."""
+
+    validation_split_percentage: int = field(
+        default=5,
+        metadata={"help": "Percent of the training rows used for validation when there is no validation split."},
+    )
+    mlm_probability: float = field(default=0.15, metadata={"help": "Fraction of tokens to mask."})
+    line_by_line: bool = field(
+        default=False,
+        metadata={"help": "One example per non-empty line (truncated), instead of full blocks of concatenated text."},
+    )
+    text_column_name: str | None = field(default=None, metadata={"help": "Column holding the text (default: text)."})
+    eval_mask_seed: int = field(
+        default=0,
+        metadata={"help": "Seed of the validation masks (fixed, independent of --seed, so runs are comparable)."},
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not 0.0 < self.mlm_probability < 1.0:
+            raise ValueError(f"--mlm_probability must be between 0 and 1, got {self.mlm_probability}")
+
+
+def block_length(data_args: MLMDataArguments, tokenizer_limit: int, model_limit: int) -> int:
+    """``--max_seq_length``, or the tokenizer's limit capped by the model's position table;
+    ``ValueError`` when it exceeds the table."""
+    if data_args.max_seq_length is None:
+        return min(tokenizer_limit, model_limit)
+    if data_args.max_seq_length > model_limit:
+        raise ValueError(
+            f"--max_seq_length {data_args.max_seq_length} exceeds the model's position table ({model_limit} tokens); "
+            f"stretch the checkpoint first: scripts/convert_to_long.py --max_length {data_args.max_seq_length}"
+        )
+    return data_args.max_seq_length
+
+
+def run_mlm(model_args: ModelArguments, data_args: MLMDataArguments, training_args: TrainingArguments) -> dict:
+    """Tokenise, train, evaluate and save as ``run_mlm.py``; returns all metrics."""
+    setup_logging(training_args)
+    check_precision(training_args)
+    if training_args.dataloader_persistent_workers and training_args.dataloader_num_workers > 0:
+        raise ValueError(
+            "--dataloader_persistent_workers keeps each worker's copy of the training set, so the masks would not "
+            "change between epochs; leave it off"
+        )
+    checkpoint = checkpoint_to_resume(training_args)
+    set_seed(training_args.seed)
+
+    tokenizer = load_tokenizer(model_args)
+    model = load_model(model_args, AutoModelForMaskedLM)
+    if tokenizer.mask_token is None:
+        raise ValueError(f"the tokenizer of {model_args.model_name_or_path} has no mask token; MLM needs one")
+    seq_len = block_length(data_args, tokenizer.model_max_length, max_tokens(model.config))
+
+    raw = load_raw_datasets(
+        data_args.dataset_name,
+        data_args.dataset_config_name,
+        data_args.train_file,
+        data_args.validation_file,
+        data_args.validation_split_percentage,
+        cache_dir=model_args.cache_dir,
+        token=model_args.token,
+    )
+    for flag, split in (("--do_train", "train"), ("--do_eval", "validation")):
+        if getattr(training_args, flag[2:]) and split not in raw:
+            raise ValueError(f"{flag} needs a {split} split: give --{split}_file or a dataset that has one")
+    column = text_column(raw["train" if training_args.do_train else "validation"], data_args.text_column_name)
+    prepare = tokenize_lines if data_args.line_by_line else tokenize_in_blocks
+    tokenized = prepare(
+        raw,
+        tokenizer,
+        column,
+        seq_len,
+        num_proc=data_args.preprocessing_num_workers,
+        load_from_cache_file=not data_args.overwrite_cache,
+        main_process_first=training_args.main_process_first(desc="tokenising"),
+    )
+    train_examples = first_rows(tokenized["train"], data_args.max_train_samples) if training_args.do_train else None
+    eval_examples = first_rows(tokenized["validation"], data_args.max_eval_samples) if training_args.do_eval else None
+
+    masker = DataCollatorForLanguageModeling(tokenizer, mlm_probability=data_args.mlm_probability)
+    mask_seed = training_args.data_seed if training_args.data_seed is not None else training_args.seed
+    train_set = eval_set = None
+    if train_examples is not None:
+        train_set = DeterministicallyMaskedDataset(train_examples, masker, mask_seed)
+    if eval_examples is not None:
+        eval_set = DeterministicallyMaskedDataset(eval_examples, masker, data_args.eval_mask_seed)
+    trainer = Trainer(
+        model=model,
+        args=training_args,
+        train_dataset=train_set,
+        eval_dataset=eval_set,
+        processing_class=tokenizer,
+        # Pads input_ids with the pad token and labels with -100 (blocks need none; lines do).
+        data_collator=DataCollatorForTokenClassification(tokenizer),
+        compute_loss_func=global_mean_loss,
+        compute_metrics=masked_token_accuracy if eval_set is not None else None,
+        preprocess_logits_for_metrics=predicted_tokens if eval_set is not None else None,
+        callbacks=[MaskingEpochCallback(train_set)] if train_set is not None else None,
+    )
+
+    train_metrics = eval_metrics = None
+    if train_set is not None:
+        train_metrics = train_and_save(trainer, checkpoint, len(train_set))
+    if eval_set is not None:
+        eval_metrics = evaluate_and_save(trainer, len(eval_set), with_perplexity=True)
+    line = summary_line(
+        model, train_metrics, mean_length(train_examples), eval_metrics, metric_label="masked-token accuracy"
+    )
+    if trainer.is_world_process_zero():
+        print(line)
+    return {**(train_metrics or {}), **(eval_metrics or {})}
+
+
+def main(argv: Sequence[str] | None = None) -> dict:
+    """Command line of ``scripts/pretrain_mlm.py``."""
+    return run_mlm(*parse_arguments((ModelArguments, MLMDataArguments, TrainingArguments), argv))

@@ -1,0 +1,121 @@
+"""convert_to_long: positions copied, method attached after the extension, tokenizer length,
+new MLM head reported, save/reload as the method; extend_position_embeddings' argument check."""
+
+import pytest
+import torch
+import transformers as T
+from training_fixtures import save_tiny_mlm, small_tokenizer, tiny_config
+
+import hf_efficient_attn as hea
+from hf_efficient_attn.convert import convert_to_long, main
+from hf_efficient_attn.data.minilm import minilm_path
+from hf_efficient_attn.long import position_offset
+
+LONG = 300
+
+
+def short_batch(length=40):
+    ids = small_tokenizer()(["The government said on Tuesday that the fires were contained."] * 2)["input_ids"]
+    ids = torch.tensor(ids)
+    mask = torch.ones_like(ids)
+    mask[1, ids.shape[1] // 2 :] = 0
+    return ids, mask
+
+
+def logits(model, ids, mask):
+    with torch.no_grad():
+        return model.eval()(input_ids=ids, attention_mask=mask).logits
+
+
+@pytest.mark.parametrize("model_type", ["bert", "roberta", "xlm-roberta", "electra", "camembert"])
+def test_conversion_per_architecture(tmp_path, model_type):
+    source = save_tiny_mlm(str(tmp_path / "short"), model_type)
+    original = T.AutoModelForMaskedLM.from_pretrained(source)
+    old_table = original.base_model.embeddings.position_embeddings.weight.detach().clone()
+    offset = position_offset(original.config)
+    old_len = old_table.shape[0] - offset
+
+    out = str(tmp_path / "long")
+    model, tokenizer, report = convert_to_long(source, LONG, "mra2", {"block_per_row": 2}, out)
+
+    table = model.base_model.embeddings.position_embeddings.weight.detach()
+    assert table.shape[0] == LONG + offset and report.tokens_after == LONG and report.tokens_before == old_len
+    torch.testing.assert_close(table[: offset + old_len], old_table, rtol=0, atol=0)  # first positions unchanged
+    for start in range(offset + old_len, offset + LONG, old_len):  # every later copy equals the pretrained rows
+        end = min(start + old_len, offset + LONG)
+        torch.testing.assert_close(table[start:end], old_table[offset : offset + end - start], rtol=0, atol=0)
+    assert not report.new_head_tensors
+
+    reloaded = hea.AutoModelForMaskedLM.from_pretrained(out)
+    assert reloaded.config.attn_impl == "mra2" and reloaded.config.attn_config["block_per_row"] == 2
+    assert T.AutoTokenizer.from_pretrained(out).model_max_length == LONG
+    ids, mask = short_batch()
+    # A short input sees every block, so MRA-2 is exact: the long model predicts as the original.
+    expected = logits(original, ids, mask)
+    got = logits(reloaded, ids, mask)
+    torch.testing.assert_close(got[0], expected[0], atol=1e-4, rtol=1e-4)
+    real = mask[1].bool()
+    torch.testing.assert_close(got[1, real], expected[1, real], atol=1e-4, rtol=1e-4)
+    long_ids = torch.randint(5, len(tokenizer), (1, LONG))
+    assert logits(reloaded, long_ids, torch.ones_like(long_ids)).shape == (1, LONG, len(tokenizer))
+
+
+def test_longformer_is_already_long(tmp_path):
+    source = save_tiny_mlm(str(tmp_path / "lf"), "longformer", max_positions=256)
+    _, _, report = convert_to_long(source, 256, "mra2", output_dir=str(tmp_path / "out"))
+    assert report.tokens_before == report.tokens_after == 256
+    assert "Longformer is already a long model" in "\n".join(report.lines())
+    assert hea.AutoModelForMaskedLM.from_pretrained(str(tmp_path / "out")).config.attn_impl == "mra2"
+
+
+def test_length_bound_method_is_sized_after_the_extension(tmp_path):
+    source = save_tiny_mlm(str(tmp_path / "short"))
+    model, _, _ = convert_to_long(source, LONG, "linformer", {"k": 16}, str(tmp_path / "long"))
+    layer = model.bert.encoder.layer[0].attention.self.efficient_attn
+    assert layer.e_proj.shape == (16, LONG)
+    reloaded = hea.AutoModelForMaskedLM.from_pretrained(str(tmp_path / "long"))
+    torch.testing.assert_close(reloaded.bert.encoder.layer[0].attention.self.efficient_attn.e_proj, layer.e_proj)
+
+
+def test_real_checkpoint_without_mlm_head_gets_a_new_one(tmp_path, capsys):
+    """all-MiniLM-L6-v2 is a BertModel: the CLI adds a head, says so, and keeps the encoder."""
+    out = str(tmp_path / "minilm")
+    report = main(
+        [
+            "--model_name_or_path",
+            str(minilm_path()),
+            "--max_length",
+            "1024",
+            "--attn_impl",
+            "softmax",
+            "--output_dir",
+            out,
+        ]
+    )
+    printed = capsys.readouterr().out
+    assert "MLM head: the checkpoint has none; a new one was initialised" in printed and "512 -> 1024 tokens" in printed
+    assert any(name.startswith("cls.predictions.transform") for name in report.new_head_tensors)
+    encoder = T.AutoModel.from_pretrained(minilm_path()).eval()
+    long = hea.AutoModelForMaskedLM.from_pretrained(out).eval()
+    tokenizer = T.AutoTokenizer.from_pretrained(out)
+    assert tokenizer.model_max_length == 1024
+    batch = tokenizer(["A sentence about the weather in Sydney."], return_tensors="pt")
+    with torch.no_grad():
+        expected = encoder(**batch).last_hidden_state
+        got = long.bert(**batch).last_hidden_state
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-4)
+
+
+def test_unsupported_model_type_is_refused(tmp_path):
+    T.GPT2LMHeadModel(T.GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=50)).save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match="unsupported model type 'gpt2'; supported: bert"):
+        convert_to_long(str(tmp_path), LONG, "mra2")
+
+
+@pytest.mark.parametrize("bad", ["4096", 1000.5, True, 0, -8])
+def test_extend_position_embeddings_needs_a_positive_integer(bad):
+    model = T.AutoModel.from_config(tiny_config("bert"))
+    with pytest.raises(ValueError, match="max_length must be a positive integer"):
+        hea.extend_position_embeddings(model, max_length=bad)
+    with pytest.raises(ValueError, match="max_length must be a positive integer"):
+        convert_to_long("unused", bad)

@@ -1,0 +1,80 @@
+"""Tiny models and real text for the conversion and training tests.
+
+The tokenizer is real WordPiece: all-MiniLM-L6-v2's tokenizer retrained by Transformers'
+``train_new_from_iterator`` on the real Lee news corpus with an 800-token vocabulary, so that
+tiny models train in seconds on CPU (the 30k vocabulary's output layer would dominate).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import subprocess
+import sys
+
+import transformers as T
+
+from hf_efficient_attn.data.corpus import news_articles
+from hf_efficient_attn.data.minilm import minilm_path
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+VOCAB = 800
+
+
+@functools.lru_cache(maxsize=None)
+def small_tokenizer() -> T.PreTrainedTokenizerBase:
+    return T.AutoTokenizer.from_pretrained(minilm_path()).train_new_from_iterator(news_articles(), vocab_size=VOCAB)
+
+
+def tiny_config(model_type: str = "bert", max_positions: int = 130, **overrides) -> T.PretrainedConfig:
+    tokenizer = small_tokenizer()
+    common = dict(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    if model_type == "longformer":
+        common.update(attention_window=[64, 64], max_position_embeddings=max_positions + tokenizer.pad_token_id + 1)
+    else:
+        common.update(max_position_embeddings=max_positions)
+    return T.AutoConfig.for_model(model_type, **{**common, **overrides})
+
+
+def save_tiny_mlm(path: str, model_type: str = "bert", seed: int = 0, **overrides) -> str:
+    """A randomly initialised tiny masked-LM checkpoint with the small tokenizer, at ``path``."""
+    T.set_seed(seed)
+    model = T.AutoModelForMaskedLM.from_config(tiny_config(model_type, **overrides))
+    model.save_pretrained(path)
+    small_tokenizer().save_pretrained(path)
+    return path
+
+
+def write_news_files(folder: str, train_articles: int = 60, validation_articles: int = 12) -> tuple[str, str]:
+    """Real news text as txt files, one article per line."""
+    articles = news_articles()
+    train = os.path.join(folder, "train.txt")
+    validation = os.path.join(folder, "validation.txt")
+    with open(train, "w") as f:
+        f.write("\n".join(articles[:train_articles]) + "\n")
+    with open(validation, "w") as f:
+        f.write("\n".join(articles[train_articles : train_articles + validation_articles]) + "\n")
+    return train, validation
+
+
+def read_json(folder: str, name: str) -> dict:
+    with open(os.path.join(folder, name)) as f:
+        return json.load(f)
+
+
+def run_script(args: list[str], launcher: list[str] | None = None, timeout: int = 900) -> subprocess.CompletedProcess:
+    """Run a command (e.g. torchrun/accelerate launch of a script) with this repository importable."""
+    env = {**os.environ, "PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", ""), "OMP_NUM_THREADS": "1"}
+    command = (launcher or [sys.executable]) + args
+    result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+    if result.returncode != 0:
+        raise AssertionError(f"{' '.join(command)} failed:\n{result.stdout[-4000:]}\n{result.stderr[-6000:]}")
+    return result
