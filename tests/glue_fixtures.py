@@ -14,6 +14,7 @@ Hub's column layouts (``nyu-mll/glue``) as csv, tsv or json lines.
 from __future__ import annotations
 
 import csv
+import itertools
 import json
 import os
 import random
@@ -60,7 +61,7 @@ def pair_rows(first_article: int, articles: int, seed: int) -> list[dict]:
     docs = [d for d in _article_sentences(first_article, articles) if len(d) >= 2]
     rows = []
     for i, doc in enumerate(docs):
-        for a, b in zip(doc, doc[1:]):
+        for a, b in itertools.pairwise(doc):
             if rng.random() < 0.5:
                 rows.append({"sentence1": a, "sentence2": b, "label": 1})
             else:
@@ -83,7 +84,7 @@ def mnli_rows(first_article: int, articles: int, seed: int, names: bool = True) 
     docs = [d for d in _article_sentences(first_article, articles) if len(d) >= 2]
     rows = []
     for i, doc in enumerate(docs):
-        for a, b in zip(doc, doc[1:]):
+        for a, b in itertools.pairwise(doc):
             label = rng.randrange(3)
             if label == 0:
                 words = a.split()
@@ -129,4 +130,6 @@ def write_task_files(folder: str, task: str) -> dict[str, str]:
 def as_test(rows: list[dict]) -> list[dict]:
     """The rows as the Hub's test split holds them: an ``idx`` column (here counting from 100,
     so that it differs from the row position) and label -1."""
-    return [{"idx": 100 + i, **{k: v for k, v in row.items() if k != "label"}, "label": -1} for i, row in enumerate(rows)]
+    return [
+        {"idx": 100 + i, **{k: v for k, v in row.items() if k != "label"}, "label": -1} for i, row in enumerate(rows)
+    ]

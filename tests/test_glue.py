@@ -50,7 +50,10 @@ def test_scores_equal_their_definitions():
         {"accuracy": accuracy, "f1": f1, "combined_score": (accuracy + f1) / 2}
     )
     scores, gold = rng.normal(size=50), rng.uniform(0, 5, 50)
-    ranks = lambda x: np.argsort(np.argsort(x))  # noqa: E731 (no ties in continuous draws)
+
+    def ranks(x):  # no ties in continuous draws
+        return np.argsort(np.argsort(x))
+
     pearson = np.corrcoef(scores, gold)[0, 1]
     spearman = np.corrcoef(ranks(scores), ranks(gold))[0, 1]
     assert classification_scores("pearson_and_spearman", scores, gold) == pytest.approx(
@@ -65,23 +68,29 @@ def test_labels_as_ids_or_names():
     assert [label_id(v, names, "train") for v in ("entailment", "neutral", "contradiction", 0, 2)] == [0, 1, 2, 0, 2]
     assert label_id(-1, names, "test") == -1
     assert label_id(3.25, None, "train") == 3.25
-    with pytest.raises(ValueError, match="label 'maybe'; allowed: entailment, neutral, contradiction or their ids 0..2"):
+    with pytest.raises(
+        ValueError, match="label 'maybe'; allowed: entailment, neutral, contradiction or their ids 0..2"
+    ):
         label_id("maybe", names, "validation")
     with pytest.raises(ValueError, match="label -1; allowed"):
         label_id(-1, names, "validation")  # unlabelled rows only in test splits
     with pytest.raises(ValueError, match="non-numeric regression label 'high'"):
         label_id("high", None, "train")
+    # labels read from the data (no task) are names, even when they are numbers
+    assert [label_id(v, ("1", "2"), "train", ids=False) for v in (1, 2)] == [0, 1]
+    with pytest.raises(ValueError, match="label 0; allowed: 1, 2$"):
+        label_id(0, ("1", "2"), "train", ids=False)
 
 
 def test_submission_file_format(tmp_path):
     """GLUE's server reads ids for SST-2 etc., names for MNLI/QNLI/RTE, 3 decimals for STS-B."""
     path = str(tmp_path / "p.txt")
     write_predictions(path, [7, 8], np.array([1, 0]), GLUE_TASKS["rte"].label_names, submits_names=True)
-    assert open(path).read() == "index\tprediction\n7\tnot_entailment\n8\tentailment\n"
+    assert read_text(path) == "index\tprediction\n7\tnot_entailment\n8\tentailment\n"
     write_predictions(path, [0, 1], np.array([1, 0]), GLUE_TASKS["sst2"].label_names, submits_names=False)
-    assert open(path).read() == "index\tprediction\n0\t1\n1\t0\n"
+    assert read_text(path) == "index\tprediction\n0\t1\n1\t0\n"
     write_predictions(path, [0], np.array([3.14159]), None, submits_names=False)
-    assert open(path).read() == "index\tprediction\n0\t3.142\n"
+    assert read_text(path) == "index\tprediction\n0\t3.142\n"
 
 
 # ---- tiny runs on real text ------------------------------------------------------------------
@@ -109,7 +118,9 @@ def run_config(workspace, task, output_dir, **overrides):
         "output_dir": str(output_dir),
     }  # fmt: skip
     if task == "mnli":
-        config.update(validation_mismatched_file=files["validation_mismatched"], test_mismatched_file=files["test_mismatched"])
+        config.update(
+            validation_mismatched_file=files["validation_mismatched"], test_mismatched_file=files["test_mismatched"]
+        )
     config.update(overrides)
     return {key: value for key, value in config.items() if value is not None}
 
@@ -133,12 +144,12 @@ def run(workspace, task, output_dir, **overrides):
 
 def read_rows(path):
     if path.endswith((".json", ".jsonl")):
-        return [json.loads(line) for line in open(path)]
+        return [json.loads(line) for line in read_text(path).splitlines()]
     import pandas as pd
 
-    return pd.read_csv(path, sep="\t" if path.endswith(".tsv") else ",", quoting=3 if path.endswith(".tsv") else 0).to_dict(
-        "records"
-    )
+    return pd.read_csv(
+        path, sep="\t" if path.endswith(".tsv") else ",", quoting=3 if path.endswith(".tsv") else 0
+    ).to_dict("records")
 
 
 def reloaded_logits(model, model_dir, task, rows):
@@ -158,8 +169,13 @@ def gold_labels(task, rows):
     return np.array([names.index(r["label"]) if isinstance(r["label"], str) else r["label"] for r in rows])
 
 
+def read_text(path):
+    with open(path) as f:
+        return f.read()
+
+
 def predictions_file(path):
-    lines = open(path).read().splitlines()
+    lines = read_text(path).splitlines()
     assert lines[0] == "index\tprediction"
     return [line.split("\t") for line in lines[1:]]
 
@@ -351,6 +367,40 @@ def test_bad_data_is_refused(workspace, tmp_path):
         run(workspace, "cola", tmp_path / "d", test_file=None)
     with pytest.raises(ValueError, match=r"--max_seq_length 512 exceeds the model's position table \(130 tokens\)"):
         run(workspace, "cola", tmp_path / "e", max_seq_length=512)
+
+
+def test_hub_layout_is_read_as_local_files(monkeypatch):
+    """--task_name alone reads nyu-mll/glue (replaced here by an in-memory copy of its MNLI
+    layout: ClassLabel ids, validation_matched/..._mismatched, test labels -1); the splits get
+    the local names and nothing is carved from train."""
+    from datasets import ClassLabel, Dataset, DatasetDict, Features, Value
+
+    from hf_efficient_attn.training import data
+    from hf_efficient_attn.training.glue import load_glue_splits
+
+    features = Features(premise=Value("string"), hypothesis=Value("string"),
+                        label=ClassLabel(names=list(MNLI_NAMES)), idx=Value("int32"))  # fmt: skip
+
+    def split(labels):
+        n = len(labels)
+        return Dataset.from_dict({"premise": ["p"] * n, "hypothesis": ["h"] * n, "label": labels, "idx": list(range(n))},
+                                 features=features)  # fmt: skip
+
+    calls = []
+
+    def fake_load_dataset(path, name=None, **kwargs):
+        calls.append((path, name))
+        hub = {"train": [0, 1, 2, 1], "validation_matched": [2, 0], "validation_mismatched": [1],
+               "test_matched": [-1, -1], "test_mismatched": [-1]}  # fmt: skip
+        return DatasetDict({s: split(labels) for s, labels in hub.items()})
+
+    monkeypatch.setattr(data, "load_dataset", fake_load_dataset)
+    raw = load_glue_splits(GlueDataArguments(task_name="mnli"))
+    assert calls == [("nyu-mll/glue", "mnli")]
+    assert sorted(raw) == ["test", "test_mismatched", "train", "validation", "validation_mismatched"]
+    assert len(raw["train"]) == 4 and raw["validation"]["label"] == [2, 0]
+    names = GLUE_TASKS["mnli"].label_names
+    assert [label_id(v, names, "test_mismatched") for v in raw["test_mismatched"]["label"]] == [-1]
 
 
 def test_without_a_task_labels_come_from_the_data(workspace, tmp_path):

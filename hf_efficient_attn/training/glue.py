@@ -17,8 +17,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Sequence
+from typing import Any, ClassVar
 
 import numpy as np
 from datasets import Dataset, DatasetDict
@@ -107,7 +108,15 @@ class GlueDataArguments(DataArguments):
             "and metric."
         },
     )
-    test_file: str | None = field(default=None, metadata={"help": "A local test file (csv, tsv or json) for --do_predict."})
+    train_file: str | None = field(
+        default=None, metadata={"help": "A local training file (csv, tsv or json/jsonl) in the task's column layout."}
+    )
+    validation_file: str | None = field(
+        default=None, metadata={"help": "A local validation file (csv, tsv or json/jsonl); MNLI: the matched one."}
+    )
+    test_file: str | None = field(
+        default=None, metadata={"help": "A local test file (csv, tsv or json/jsonl) for --do_predict; MNLI: matched."}
+    )
     validation_mismatched_file: str | None = field(
         default=None, metadata={"help": "MNLI: the local mismatched validation file (reported with the suffix _mm)."}
     )
@@ -119,7 +128,9 @@ class GlueDataArguments(DataArguments):
     )
     pad_to_max_length: bool = field(
         default=True,
-        metadata={"help": "Pad every example to max_seq_length; with --no_pad_to_max_length, pad each batch to its longest."},
+        metadata={
+            "help": "Pad every example to max_seq_length; with --no_pad_to_max_length, pad each batch to its longest."
+        },
     )
     max_predict_samples: int | None = field(
         default=None, metadata={"help": "Keep only this many test examples (debugging, quick runs)."}
@@ -152,7 +163,9 @@ class GlueDataArguments(DataArguments):
         }
 
 
-def load_glue_splits(data_args: GlueDataArguments, cache_dir: str | None = None, token: str | None = None) -> DatasetDict:
+def load_glue_splits(
+    data_args: GlueDataArguments, cache_dir: str | None = None, token: str | None = None
+) -> DatasetDict:
     """The raw splits, named ``train``, ``validation``, ``test`` (and MNLI's
     ``validation_mismatched``, ``test_mismatched``) whether from the Hub or local files."""
     raw = load_raw_datasets(
@@ -176,7 +189,9 @@ def text_columns(task: GlueTask | None, columns: Sequence[str], split: str) -> t
         needed = [c for c in task.text_columns if c is not None]
         missing = [c for c in needed if c not in columns]
         if missing:
-            raise ValueError(f"the {split} data has no column {missing[0]!r}: this task reads {needed}; it has {list(columns)}")
+            raise ValueError(
+                f"the {split} data has no column {missing[0]!r}: this task reads {needed}; it has {list(columns)}"
+            )
         return task.text_columns
     if "sentence1" in columns and "sentence2" in columns:
         return "sentence1", "sentence2"
@@ -200,9 +215,10 @@ def label_names_of(task: GlueTask | None, train: Dataset | None) -> tuple[str, .
     return tuple(str(value) for value in sorted(train.unique("label")))
 
 
-def label_id(value: Any, names: tuple[str, ...] | None, split: str) -> int | float:
+def label_id(value: Any, names: tuple[str, ...] | None, split: str, ids: bool = True) -> int | float:
     """A label as the model's target: the float itself for regression; for classes, a name of
-    ``names`` or an id in ``0..len(names)-1`` (``-1`` marks an unlabelled test row)."""
+    ``names`` or (with ``ids``, a GLUE task's labels) an id in ``0..len(names)-1``; ``-1`` marks
+    an unlabelled test row. Without ``ids`` (labels read from the data) values are names only."""
     if names is None:
         if isinstance(value, str) or value is None:
             raise ValueError(f"the {split} data has a non-numeric regression label {value!r}")
@@ -210,12 +226,13 @@ def label_id(value: Any, names: tuple[str, ...] | None, split: str) -> int | flo
     if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
         if value == NO_LABEL and split.startswith("test"):
             return NO_LABEL
-        if 0 <= value < len(names):
+        if ids and 0 <= value < len(names):
             return int(value)
     if str(value) in names:
         return names.index(str(value))
     raise ValueError(
-        f"the {split} data has label {value!r}; allowed: {', '.join(names)} or their ids 0..{len(names) - 1}"
+        f"the {split} data has label {value!r}; allowed: {', '.join(names)}"
+        + (f" or their ids 0..{len(names) - 1}" if ids else "")
         + (" (-1 for unlabelled test rows)" if split.startswith("test") else "")
     )
 
@@ -242,7 +259,7 @@ def tokenize_splits(
             padding = "max_length" if pad_to_max_length else False
             encoded = tokenizer(*texts, padding=padding, max_length=max_length, truncation=True)
             if "label" in batch:
-                encoded["labels"] = [label_id(value, names, split) for value in batch["label"]]
+                encoded["labels"] = [label_id(value, names, split, ids=task is not None) for value in batch["label"]]
             return encoded
 
         return rows.map(

@@ -36,17 +36,23 @@ SCORE_NAMES = {
 }
 
 
+def check_metric_kind(kind: str) -> None:
+    """``ValueError`` unless ``kind`` is a key of :data:`SCORE_NAMES`."""
+    if kind not in SCORE_NAMES:
+        raise ValueError(f"unknown metric kind {kind!r}; allowed: {', '.join(SCORE_NAMES)}")
+
+
 def classification_scores(kind: str, predictions: np.ndarray, labels: np.ndarray) -> dict[str, float]:
     """GLUE's official scores of ``predictions`` against ``labels`` with scikit-learn / scipy
     (offline; ``evaluate.load("glue")`` needs the Hub): Matthews correlation (CoLA), accuracy
     and binary F1 of the positive class 1 (MRPC, QQP), Pearson and Spearman correlation
     (STS-B), accuracy (the others); with more than one score, ``combined_score`` is their mean
     as in ``run_glue.py``."""
+    # Imported here: scipy and scikit-learn take a second to import, and MLM runs never use them.
     from scipy.stats import pearsonr, spearmanr
     from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef, mean_squared_error
 
-    if kind not in SCORE_NAMES:
-        raise ValueError(f"unknown metric kind {kind!r}; allowed: {', '.join(SCORE_NAMES)}")
+    check_metric_kind(kind)
     compute = {
         "matthews_correlation": lambda: matthews_corrcoef(labels, predictions),
         "accuracy": lambda: accuracy_score(labels, predictions),
@@ -66,8 +72,7 @@ class SequenceClassificationMetrics:
     the single regression output) of each example, scored by :func:`classification_scores`."""
 
     def __init__(self, kind: str, regression: bool):
-        if kind not in SCORE_NAMES:
-            raise ValueError(f"unknown metric kind {kind!r}; allowed: {', '.join(SCORE_NAMES)}")
+        check_metric_kind(kind)
         self.kind = kind
         self.regression = regression
 
