@@ -13,8 +13,8 @@ from transformers import AutoConfig, AutoModelForMaskedLM, AutoTokenizer, PreTra
 
 from .auto import chosen_method
 from .bridge import SELF_ATTENTION_CLASSES
-from .patching import patch_model
 from .long import check_max_length, extend_position_embeddings, max_tokens
+from .patching import patch_model
 
 
 @dataclass

@@ -5,6 +5,9 @@
   articles, several thousand words each), wiki markup stripped.
 - :func:`news_sentences`: sentences of the Lee news corpus (``lee_background.cor``,
   300 Australian news articles, one per line).
+- :func:`movie_review_sentences`: 200 labelled movie-review sentences (Pang & Lee's sentence
+  polarity data, the source of SST; ``pang_lee_polarity.cor``).
+- :func:`newsgroup_posts`: 200 labelled Usenet posts of 20 Newsgroups (``mini_newsgroup``).
 
 Both are cached: the dump takes a few seconds to parse.
 """
@@ -13,10 +16,15 @@ from __future__ import annotations
 
 import bz2
 import functools
+import io
+import pickle
 import re
+import zlib
 
 WIKI_DUMP = "enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"
 NEWS_CORPUS = "lee_background.cor"
+MOVIE_REVIEWS = "pang_lee_polarity.cor"
+NEWSGROUPS = "mini_newsgroup"
 
 #: A paragraph line shorter than this (in words) is a table cell, caption or list stub; dropped.
 MIN_LINE_WORDS = 5
@@ -143,3 +151,39 @@ def news_sentences() -> list[str]:
     """Real English news sentences: the Lee corpus (``lee_background.cor``, 300 Australian
     news articles) split into sentences; fragments of fewer than three words dropped."""
     return list(_news_sentences())
+
+
+def movie_review_sentences() -> list[tuple[str, int]]:
+    """The 200 real movie-review sentences of Pang & Lee's sentence polarity data (the corpus
+    SST was built from; ``pang_lee_polarity.cor``, lower-cased and tokenised) as ``(sentence,
+    label)``, label 1 positive, 0 negative; 100 of each, negatives first."""
+    rows = []
+    with open(_gensim_test_data(MOVIE_REVIEWS), encoding="cp1252") as f:  # the original release's encoding
+        for line in f:
+            tag, _, sentence = line.strip().partition(" ")
+            rows.append((sentence, 1 if tag == "__label__pos" else 0))
+    return rows
+
+
+class _BunchAsDict(pickle.Unpickler):
+    """Reads the scikit-learn ``Bunch`` pickled in gensim's ``mini_newsgroup`` (written by a
+    scikit-learn whose ``sklearn.datasets.base`` no longer exists) as a plain dict."""
+
+    def find_class(self, module: str, name: str):
+        if (module, name) == ("sklearn.datasets.base", "Bunch"):
+            return dict
+        return super().find_class(module, name)
+
+
+def newsgroup_posts() -> list[tuple[str, str]]:
+    """200 real Usenet posts of 20 Newsgroups (gensim's ``mini_newsgroup``: 100 from
+    alt.atheism, 100 from sci.space, about 40 to 5000 words) as ``(text, newsgroup)``, the
+    headers (which name the newsgroup) removed."""
+    with open(_gensim_test_data(NEWSGROUPS), "rb") as f:
+        bunch = _BunchAsDict(io.BytesIO(zlib.decompress(f.read())), encoding="latin1").load()
+    names = bunch["target_names"]
+    posts = []
+    for text, target in zip(bunch["data"], bunch["target"]):
+        body = text.split("\n\n", 1)[1] if "\n\n" in text else text
+        posts.append((_SPACES.sub(" ", body).strip(), names[int(target)]))
+    return posts

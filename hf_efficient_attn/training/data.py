@@ -1,20 +1,24 @@
 """Raw text in, tokenised training examples out (``datasets``): Hub datasets or local
-txt/json/csv files, a validation split carved from the training data when there is none,
+txt/json/csv/tsv files, a validation split carved from the training data when there is none,
 and text grouped into full blocks of ``max_seq_length`` tokens (or one example per line)."""
 
 from __future__ import annotations
 
 import contextlib
+import csv
 import json
 import os
 from itertools import chain
-from typing import Any, ContextManager
+from typing import Any, ContextManager, Mapping
 
 from datasets import Dataset, DatasetDict, load_dataset
 from transformers import PreTrainedTokenizerBase
 
 #: ``load_dataset`` builder for each local file extension.
-BUILDERS = {"txt": "text", "json": "json", "jsonl": "json", "csv": "csv"}
+BUILDERS = {"txt": "text", "json": "json", "jsonl": "json", "csv": "csv", "tsv": "csv"}
+#: Reading options for extensions that need them: tab-separated files read quotes as text (GLUE's
+#: tsv files have unbalanced quotes inside sentences).
+READ_OPTIONS = {"tsv": {"delimiter": "\t", "quoting": csv.QUOTE_NONE}}
 
 
 def load_raw_datasets(
@@ -22,29 +26,38 @@ def load_raw_datasets(
     dataset_config_name: str | None = None,
     train_file: str | None = None,
     validation_file: str | None = None,
-    validation_split_percentage: int = 5,
+    validation_split_percentage: int | None = 5,
     cache_dir: str | None = None,
     token: str | None = None,
+    extra_files: Mapping[str, str | None] | None = None,
 ) -> DatasetDict:
-    """``train`` / ``validation`` splits from a Hub dataset or local files. Without a
-    validation split, the first ``validation_split_percentage`` % of the training rows become
-    it (as in ``run_mlm.py``)."""
+    """``train`` / ``validation`` splits (and those of ``extra_files``, split name -> local file,
+    e.g. ``{"test": path}``) from a Hub dataset or local files; each local file is read on its
+    own, so a test file may lack the label column. Without a validation split, the first
+    ``validation_split_percentage`` % of the training rows become it (as in ``run_mlm.py``);
+    ``None`` carves none."""
+    hub = {"cache_dir": cache_dir, "token": token}
     if dataset_name is not None:
-        source, kwargs = dataset_name, {"name": dataset_config_name}
+        source, per_split = dataset_name, {"train": {"name": dataset_config_name, **hub}}
+        raw = load_dataset(source, name=dataset_config_name, **hub)
     else:
-        files = {split: path for split, path in (("train", train_file), ("validation", validation_file)) if path}
+        named = {"train": train_file, "validation": validation_file, **(extra_files or {})}
+        files = {split: path for split, path in named.items() if path}
         extensions = {path.rsplit(".", 1)[-1].lower() for path in files.values()}
-        if len({BUILDERS[e] for e in extensions}) > 1:
-            raise ValueError(f"--train_file and --validation_file must have the same format, got {sorted(extensions)}")
-        source, kwargs = BUILDERS[extensions.pop()], {"data_files": files}
-    kwargs.update(cache_dir=cache_dir, token=token)
-    raw = load_dataset(source, **kwargs)
-    if "validation" not in raw and "train" in raw:
+        if len({e if e in READ_OPTIONS else BUILDERS[e] for e in extensions}) > 1:
+            flags = ", ".join(f"--{split}_file" for split in files)
+            raise ValueError(f"{flags} must have the same format, got {sorted(extensions)}")
+        extension = extensions.pop()
+        source, options = BUILDERS[extension], READ_OPTIONS.get(extension, {})
+        per_split = {split: {"data_files": {split: path}, **options, **hub} for split, path in files.items()}
+        raw = DatasetDict({split: load_dataset(source, split=split, **kwargs) for split, kwargs in per_split.items()})
+    if "validation" not in raw and "train" in raw and validation_split_percentage is not None:
         if not 0 < validation_split_percentage < 100:
             raise ValueError(
                 "--validation_split_percentage must be in 1..99 to carve a validation split, "
                 f"got {validation_split_percentage}"
             )
+        kwargs = per_split["train"]
         raw["validation"] = load_dataset(source, split=f"train[:{validation_split_percentage}%]", **kwargs)
         raw["train"] = load_dataset(source, split=f"train[{validation_split_percentage}%:]", **kwargs)
     for split, rows in raw.items():

@@ -12,6 +12,7 @@ from typing import Any
 
 import datasets
 import transformers
+from datasets import Dataset
 from transformers import AutoConfig, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase, Trainer, TrainingArguments
 from transformers.trainer_utils import get_last_checkpoint
 
@@ -105,15 +106,25 @@ def train_and_save(trainer: Trainer, checkpoint: str | None, num_samples: int) -
     return metrics
 
 
-def evaluate_and_save(trainer: Trainer, num_samples: int, with_perplexity: bool = False) -> dict[str, float]:
+def evaluate_and_save(
+    trainer: Trainer,
+    num_samples: int,
+    with_perplexity: bool = False,
+    other_sets: dict[str, Dataset] | None = None,
+) -> dict[str, float]:
     """Evaluate and write ``eval_results.json`` (and ``all_results.json``); with
-    ``with_perplexity``, add ``perplexity`` = exp(eval_loss) as ``run_mlm.py`` does."""
+    ``with_perplexity``, add ``perplexity`` = exp(eval_loss) as ``run_mlm.py`` does.
+    ``other_sets`` maps a suffix to another evaluation set whose metrics are added with that
+    suffix (``run_glue.py``'s MNLI mismatched set: ``{"_mm": dataset}`` gives ``eval_accuracy_mm``)."""
     metrics = {**trainer.evaluate(), "eval_samples": num_samples}
     if with_perplexity:
         try:
             metrics["perplexity"] = math.exp(metrics["eval_loss"])
         except OverflowError:
             metrics["perplexity"] = float("inf")
+    for suffix, dataset in (other_sets or {}).items():
+        other = {**trainer.evaluate(eval_dataset=dataset), "eval_samples": len(dataset)}
+        metrics.update({f"{key}{suffix}": value for key, value in other.items()})
     trainer.log_metrics("eval", metrics)
     trainer.save_metrics("eval", metrics)
     return metrics
