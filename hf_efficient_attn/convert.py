@@ -11,8 +11,9 @@ from typing import Any, Sequence
 
 from transformers import AutoConfig, AutoModelForMaskedLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-from .bridge import SELF_ATTENTION_CLASSES, patch_model
+from .bridge import SELF_ATTENTION_CLASSES
 from .long import check_max_length, extend_position_embeddings, max_tokens
+from .patching import patch_model
 
 
 @dataclass
