@@ -23,6 +23,7 @@ import hf_efficient_attn as hea
 from hf_efficient_attn.candidate_scoring import AutoModelForCandidateScoring, BertForCandidateScoring
 from hf_efficient_attn.data.minilm import minilm_path
 from hf_efficient_attn.data.qangaroo import synthetic_examples, write_qangaroo_json
+from hf_efficient_attn.training.data import mean_length
 from hf_efficient_attn.training.loss import global_mean_loss
 from hf_efficient_attn.training.wikihop import CandidateAccuracy, WikiHopDataArguments, main
 from hf_efficient_attn.training.wikihop_data import (
@@ -119,6 +120,12 @@ def test_markers_are_added_once_with_embeddings_at_the_mean(tmp_path):
     torch.testing.assert_close(new[ids], old.mean(0).expand(4, -1), atol=1e-4, rtol=0)
 
 
+def test_mean_length_counts_the_tokens_of_every_chunk():
+    examples = Dataset.from_dict({"input_ids": [[[1, 2, 3], [4]], [[5, 6]], [[7], [8], [9]]]})
+    assert mean_length(examples) == 3
+    assert mean_length(examples.select([2, 0])) == 3.5
+
+
 def test_collator_pads_chunks_and_candidates():
     features = [
         {"input_ids": [[5, 6, 7], [5, 6]], "token_type_ids": [[0, 1, 1], [0, 1]], "candidate_positions": [0, 1, 2],
@@ -142,9 +149,15 @@ def test_collator_pads_chunks_and_candidates():
 @pytest.mark.parametrize("model_type", ARCHITECTURES)
 def test_every_architecture_saves_and_reloads_as_itself(model_type, tmp_path):
     """XxxForCandidateScoring for each supported encoder: the saved model reloads with its method and
-    gives the same scores."""
+    gives the same scores and hidden states (MRA-2 with 1 of 3 blocks per row, query/key weights
+    scaled up so that attention is peaked: plain attention gives other hidden states)."""
     config = tiny.tiny_config(model_type)
-    model = AutoModelForCandidateScoring.from_config(config, attn_impl="mra2", attn_config={"block_size": 16}).eval()
+    options = {"block_size": 16, "block_per_row": 1}
+    model = AutoModelForCandidateScoring.from_config(config, attn_impl="mra2", attn_config=options).eval()
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if name.endswith(("query.weight", "key.weight")):
+                parameter.mul_(30)
     inputs = {
         "input_ids": torch.randint(5, tiny.VOCAB, (2, 3, 40)),
         "chunk_mask": torch.tensor([[True, True, False], [True, False, False]]),
@@ -154,9 +167,14 @@ def test_every_architecture_saves_and_reloads_as_itself(model_type, tmp_path):
     model.save_pretrained(tmp_path)
     reloaded = AutoModelForCandidateScoring.from_pretrained(str(tmp_path)).eval()
     assert type(reloaded).__name__ == type(model).__name__ and type(model).__name__.endswith("ForCandidateScoring")
-    assert reloaded.config.attn_impl == "mra2" and reloaded.config.attn_config["block_size"] == 16
+    assert reloaded.config.attn_impl == "mra2" and reloaded.config.attn_config["block_per_row"] == 1
+    chunk = inputs["input_ids"][:, 0]
     with torch.no_grad():
         torch.testing.assert_close(reloaded(**inputs).logits, model(**inputs).logits)
+        hidden = reloaded.base_model(input_ids=chunk).last_hidden_state
+        torch.testing.assert_close(hidden, model.base_model(input_ids=chunk).last_hidden_state)
+        exact = hea.unpatch_model(reloaded).base_model(input_ids=chunk).last_hidden_state
+    assert (exact - hidden).abs().max() > 0.01
 
 
 def test_pretrained_encoder_weights_load_into_the_scorer(tmp_path):
@@ -365,7 +383,9 @@ def test_resume_equals_uninterrupted(workspace, tmp_path):
     whole = run(workspace, tmp_path / "whole", *common)
     resumed_dir = tmp_path / "resumed"
     shutil.copytree(tmp_path / "whole" / "checkpoint-3", resumed_dir / "checkpoint-3")
+    saved = (resumed_dir / "checkpoint-3" / "model.safetensors").stat().st_mtime_ns
     resumed = run(workspace, resumed_dir, *common)  # finds checkpoint-3 in output_dir and resumes
+    assert (resumed_dir / "checkpoint-3" / "model.safetensors").stat().st_mtime_ns == saved  # not retrained
     assert resumed["epoch"] == whole["epoch"] == 2
     assert resumed["eval_loss"] == pytest.approx(whole["eval_loss"], rel=1e-6, abs=0)
     assert resumed["eval_accuracy"] == whole["eval_accuracy"]
