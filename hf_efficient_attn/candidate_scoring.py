@@ -90,7 +90,8 @@ class CandidateScoringMixin:
 
         Only the existing chunks are encoded (one batch of chunks); each chunk scores every candidate
         with ``candidate_scorer`` on the marker's hidden state, and an example's scores are the sums
-        over its chunks. (No ``**kwargs``: Trainer would pass its loss arguments into it.)
+        over its chunks. There is no ``**kwargs``: Trainer passes ``num_items_in_batch`` to a forward that
+        takes them and then treats the model's loss as normalised by it.
         """
         if input_ids.dim() != 3:
             raise ValueError(f"input_ids must be (batch, chunks, length), got shape {tuple(input_ids.shape)}")

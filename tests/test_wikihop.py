@@ -309,10 +309,10 @@ def test_a_dataset_by_name(tmp_path):
 
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory):
+    """Synthetic files only, so that only the tests of the real examples skip without them."""
     root = tmp_path_factory.mktemp("wikihop")
-    train, dev = write_files(str(root))
-    _, synthetic_dev = write_files(str(root / "synthetic"), with_real=False)
-    return {"train": train, "dev": dev, "synthetic_dev": synthetic_dev, "model": save_tiny_encoder(str(root / "tiny"))}
+    train, dev = write_files(str(root), with_real=False)
+    return {"train": train, "dev": dev, "model": save_tiny_encoder(str(root / "tiny"))}
 
 
 def run(workspace, output_dir, *extra):
@@ -331,10 +331,12 @@ def read(folder, name):
 
 
 def test_tiny_run_writes_results_and_predictions_and_reloads(workspace, tmp_path, capsys):
+    """Training on synthetic examples, evaluation on the two real ones (48 and 10 chunks) and 8 synthetic."""
+    _, dev_file = write_files(str(tmp_path), train=0, dev=8)
     out = tmp_path / "out"
     config = {
         "model_name_or_path": workspace["model"], "attn_impl": "mra2", "attn_config": {"block_size": 16},
-        "train_file": workspace["train"], "validation_file": workspace["dev"], "max_seq_length": 128,
+        "train_file": workspace["train"], "validation_file": dev_file, "max_seq_length": 128,
         "do_train": True, "do_eval": True, "max_steps": 4, "per_device_train_batch_size": 4,
         "per_device_eval_batch_size": 4, "learning_rate": 1e-3, "report_to": "none", "disable_tqdm": True,
         "output_dir": str(out),
@@ -349,7 +351,7 @@ def test_tiny_run_writes_results_and_predictions_and_reloads(workspace, tmp_path
     assert summary.startswith("summary: attention mra2, train ") and "tokens/s" in summary
     assert f"eval accuracy {results['eval_accuracy']:.4f}" in summary
 
-    with open(workspace["dev"]) as f:
+    with open(dev_file) as f:
         dev = json.load(f)
     predictions = read(out, "predictions.json")
     assert list(predictions) == [e["id"] for e in dev]
@@ -370,7 +372,10 @@ def test_tiny_run_writes_results_and_predictions_and_reloads(workspace, tmp_path
         logits = model(**collate([rows[i] for i in range(len(rows))])).logits
     assert {e["id"]: e["candidates"][int(logits[i].argmax())] for i, e in enumerate(dev)} == predictions
 
-    again = run(workspace, tmp_path / "again", "--do_eval", "--model_name_or_path", str(out))  # method from config
+    # Evaluation only, from the saved folder, no --attn_impl: the method comes from its config.
+    again = run(
+        workspace, tmp_path / "again", "--do_eval", "--model_name_or_path", str(out), "--validation_file", dev_file
+    )
     assert again["eval_loss"] == pytest.approx(results["eval_loss"], rel=1e-6)
     assert again["eval_accuracy"] == results["eval_accuracy"]
 
@@ -383,7 +388,7 @@ def test_resume_equals_uninterrupted(workspace, tmp_path, monkeypatch):
     training_step = Trainer.training_step
     monkeypatch.setattr(Trainer, "training_step", lambda self, *a, **k: steps.append(1) or training_step(self, *a, **k))
     common = ["--do_train", "--do_eval", "--max_steps", "6", "--max_train_samples", "12", "--save_steps", "3",
-              "--attn_impl", "mra2", "--validation_file", workspace["synthetic_dev"], "--max_seq_length", "64"]  # fmt: skip
+              "--attn_impl", "mra2", "--max_seq_length", "64"]  # fmt: skip
     whole = run(workspace, tmp_path / "whole", *common)
     assert len(steps) == 6
     resumed_dir = tmp_path / "resumed"

@@ -56,7 +56,7 @@ def _filler_sentences() -> list[str]:
 
 
 def synthetic_examples(
-    count: int, seed: int = 0, num_candidates: int = 4, num_supports: int = 3, sentences_per_support: int = 2
+    count: int, seed: int = 0, num_candidates: int = 4, num_supports: int = 2, sentences_per_support: int = 1
 ) -> list[dict]:
     """``count`` examples in the qangaroo schema: the query asks where a person was born, the candidates
     are ``num_candidates`` places, and the answer is the only candidate that the supports mention

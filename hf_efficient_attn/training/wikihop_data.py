@@ -72,7 +72,8 @@ def add_markers(tokenizer: PreTrainedTokenizerBase) -> int:
 def fit_embeddings_to(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> int:
     """Grow the input embeddings to the tokenizer's vocabulary; the new rows (the markers) start at
     the mean of the existing embeddings (Transformers' ``mean_resizing``: drawn around the mean with
-    1e-9 times their covariance). Returns the number of rows added."""
+    1e-9 times their covariance). Returns the number of rows added. (A table that already has room
+    for the markers, e.g. a vocabulary padded to a multiple of 8, keeps its spare rows for them.)"""
     old = model.get_input_embeddings().num_embeddings
     if len(tokenizer) > old:
         model.resize_token_embeddings(len(tokenizer), mean_resizing=True)
