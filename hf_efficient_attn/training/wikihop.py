@@ -55,6 +55,19 @@ class WikiHopDataArguments(DataArguments):
 
     file_extensions: ClassVar[tuple[str, ...]] = ("json", "jsonl")
 
+    train_file: str | None = field(
+        default=None, metadata={"help": "A qangaroo JSON file of training examples (WikiHop's train.json)."}
+    )
+    validation_file: str | None = field(
+        default=None, metadata={"help": "A qangaroo JSON file of evaluation examples (WikiHop's dev.json)."}
+    )
+    max_seq_length: int | None = field(
+        default=None,
+        metadata={
+            "help": "Tokens per chunk (question, candidates and a slice of the documents). Default: the "
+            "tokenizer's model_max_length, capped by the model's position table."
+        },
+    )
     pad_to_max_length: bool = field(
         default=False,
         metadata={"help": "Pad every chunk to --max_seq_length (default: to the longest chunk of the batch)."},
