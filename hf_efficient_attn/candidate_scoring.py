@@ -1,9 +1,10 @@
 """Candidate scoring: one score per answer candidate, read at the candidate's start marker, summed
-over the chunks of a long input (the WikiHop model of Beltagy et al. 2020, "Longformer", section
-6.2 and appendix: question and candidates first, each candidate wrapped in ``[ent]`` ... ``[/ent]``,
-then the documents; "a linear layer ... on the [ent] token of each candidate"; inputs longer than
-the model's length split into chunks that each repeat the question and candidates, the
-candidates' scores summed over the chunks; cross-entropy over the candidates).
+over the chunks of a long input. This is the WikiHop model of Beltagy et al. 2020 ("Longformer",
+section 6 and its appendix): question and candidates first, each candidate wrapped in ``[ent]`` ...
+``[/ent]``, then the documents; a linear layer on the hidden state of each candidate's ``[ent]``
+gives its score; inputs longer than the model's length are split into chunks that each repeat the
+question and candidates, and the candidates' scores are summed over the chunks; cross-entropy over
+the candidates.
 
 ``XxxForCandidateScoring`` (one class per supported architecture, built on that architecture's
 ``PreTrainedModel`` so its config class, weight initialisation and ``base_model_prefix`` are

@@ -1,5 +1,5 @@
 """Fine-tuning on WikiHop with Trainer (``scripts/finetune_wikihop.py``): the multi-hop reading
-task of the Longformer paper (Beltagy et al. 2020, section 6.2) that seed 003 fine-tunes its
+task of the Longformer paper (Beltagy et al. 2020, section 6) that seed 003 fine-tunes its
 4096-token MRA-2 RoBERTa on (Table 8: batch 32, lr 5e-5, 15 epochs).
 
 The model is :class:`~hf_efficient_attn.candidate_scoring.AutoModelForCandidateScoring` with the

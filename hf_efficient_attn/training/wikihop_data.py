@@ -1,11 +1,11 @@
 """WikiHop data for the candidate-scoring model (:mod:`hf_efficient_attn.candidate_scoring`):
 qangaroo files or a Hub dataset in, chunked token ids out, and the collator that batches them.
 
-An example becomes the Longformer input (Beltagy et al. 2020, section 6.2): the question and the
-candidates, each wrapped in new special tokens (``[question] query [/question] [ent] candidate
-[/ent] ...``), as the first segment, then the supporting documents, separated by the separator
-token, as the second segment of the tokenizer's own pair format (``[CLS] A [SEP] B [SEP]`` for
-BERT, ``<s> A </s></s> B </s>`` for RoBERTa). When the documents do not fit in ``max_length``
+An example becomes the Longformer input (Beltagy et al. 2020, section 6 and its appendix): the
+question and the candidates, each wrapped in new special tokens (``[question] query [/question]
+[ent] candidate [/ent] ...``), as the first segment, then the supporting documents, separated by
+the separator token, as the second segment of the tokenizer's own pair format (``[CLS] A [SEP] B
+[SEP]`` for BERT, ``<s> A </s></s> B </s>`` for RoBERTa). When the documents do not fit in ``max_length``
 tokens they are cut into consecutive slices, and each slice gets its own chunk with the whole
 first segment, so every chunk scores every candidate.
 """
