@@ -11,6 +11,7 @@ import os
 from itertools import chain
 from typing import Any, ContextManager, Mapping
 
+import pyarrow
 from datasets import Dataset, DatasetDict, load_dataset
 from transformers import PreTrainedTokenizerBase
 
@@ -163,11 +164,16 @@ def first_rows(dataset: Dataset, limit: int | None) -> Dataset:
 
 
 def mean_length(examples: Dataset | None) -> float | None:
-    """Mean number of tokens per example, read from Arrow's list offsets (no Python lists)."""
+    """Mean number of tokens per example, read from Arrow's list offsets (no Python lists); an
+    example whose ``input_ids`` are a list of chunks counts the tokens of all its chunks."""
     if examples is None or len(examples) == 0:
         return None
-    column = examples.with_format("arrow")["input_ids"]  # a pyarrow ChunkedArray of lists
-    return sum(chunk.value_lengths().sum().as_py() or 0 for chunk in column.chunks) / len(examples)
+    total = 0
+    for chunk in examples.with_format("arrow")["input_ids"].chunks:  # a pyarrow ChunkedArray of lists
+        while pyarrow.types.is_list(chunk.type.value_type) or pyarrow.types.is_large_list(chunk.type.value_type):
+            chunk = chunk.flatten()  # lists of chunks -> chunks
+        total += chunk.value_lengths().sum().as_py() or 0
+    return total / len(examples)
 
 
 def write_wikipedia_jsonl(output_dir: str, validation_articles: int = 8, min_words: int = 0) -> dict[str, Any]:

@@ -1,0 +1,456 @@
+"""WikiHop fine-tuning: inputs against the tokenizer's own pair encoding, chunk scores summed over
+chunks against a chunk-by-chunk computation, the loss and accuracy against references, bad input,
+and tiny runs through the command line (outputs, predictions.json, reload, resume)."""
+
+import dataclasses
+import json
+import math
+import os
+import shutil
+
+import numpy as np
+import pytest
+import tiny
+import torch
+import torch.nn.functional as F
+from datasets import Dataset
+from sklearn.metrics import accuracy_score
+from tiny import ARCHITECTURES
+from transformers import AutoTokenizer, EvalPrediction, RobertaForMaskedLM, Trainer
+from wikihop_fixtures import SHORT, real_or_skip, save_tiny_encoder, tiny_config, tokenizer, write_files
+
+import hf_efficient_attn as hea
+from hf_efficient_attn.candidate_scoring import AutoModelForCandidateScoring, BertForCandidateScoring
+from hf_efficient_attn.data.minilm import minilm_path
+from hf_efficient_attn.data.qangaroo import synthetic_examples, write_qangaroo_json
+from hf_efficient_attn.training.data import mean_length
+from hf_efficient_attn.training.loss import global_mean_loss
+from hf_efficient_attn.training.wikihop import CandidateAccuracy, WikiHopDataArguments, main
+from hf_efficient_attn.training.wikihop_data import (
+    CANDIDATE_START,
+    MARKERS,
+    ChunkCollator,
+    ChunkEncoder,
+    add_markers,
+    fit_embeddings_to,
+    load_qangaroo,
+)
+
+
+def marked_tokenizer():
+    tok = tokenizer()
+    add_markers(tok)
+    return tok
+
+
+def first_segment_text(example):
+    candidates = " ".join(f"[ent] {c} [/ent]" for c in example["candidates"])
+    return f"[question] {example['query']} [/question] {candidates}"
+
+
+# ---- inputs ----------------------------------------------------------------------------------
+
+
+def test_a_short_example_is_the_tokenizers_own_pair_encoding():
+    """Question and candidates as the first segment, the documents (joined by [SEP]) as the second:
+    what the tokenizer itself makes of the marked-up text."""
+    tok = marked_tokenizer()
+    example = synthetic_examples(1, **SHORT)[0]
+    encoded = ChunkEncoder(tok, 512).encode(example["id"], example["query"], example["candidates"], example["supports"])
+    reference = tok(first_segment_text(example), f" {tok.sep_token} ".join(example["supports"]))
+    assert encoded["input_ids"] == [reference["input_ids"]]
+    assert encoded["token_type_ids"] == [reference["token_type_ids"]]
+
+
+def test_long_examples_are_cut_into_chunks_that_each_repeat_question_and_candidates():
+    """The two real WikiHop examples at 128 tokens: every chunk is [CLS] first segment [SEP] slice
+    [SEP]; the slices, in order, are exactly the tokenised documents; every chunk but the last is
+    full; each candidate's [ent] is at the same position in every chunk."""
+    tok = marked_tokenizer()
+    max_length = 128
+    ent = tok.convert_tokens_to_ids(CANDIDATE_START)
+    for example in real_or_skip():
+        encoded = ChunkEncoder(tok, max_length).encode(
+            example["id"], example["query"], example["candidates"], example["supports"]
+        )
+        first = tok(first_segment_text(example), add_special_tokens=False)["input_ids"]
+        documents = tok(f" {tok.sep_token} ".join(example["supports"]), add_special_tokens=False)["input_ids"]
+        head = [tok.cls_token_id, *first, tok.sep_token_id]
+        room = max_length - len(head) - 1
+        chunks = encoded["input_ids"]
+        assert len(chunks) == math.ceil(len(documents) / room) > 5
+        slices = []
+        for chunk, types in zip(chunks, encoded["token_type_ids"]):
+            assert chunk[: len(head)] == head and chunk[-1] == tok.sep_token_id
+            assert types == [0] * len(head) + [1] * (len(chunk) - len(head))
+            assert [i for i, t in enumerate(chunk) if t == ent] == encoded["candidate_positions"]
+            slices += chunk[len(head) : -1]
+        assert slices == documents
+        assert all(len(c) == max_length for c in chunks[:-1]) and len(chunks[-1]) <= max_length
+        assert len(encoded["candidate_positions"]) == len(example["candidates"])
+        capped = ChunkEncoder(tok, max_length, max_chunks=2).encode(
+            example["id"], example["query"], example["candidates"], example["supports"]
+        )
+        assert capped["input_ids"] == chunks[:2]
+
+
+def test_marker_strings_in_the_texts_stay_plain_text():
+    tok = marked_tokenizer()
+    encoded = ChunkEncoder(tok, 128).encode(
+        "x", "[question] who [/question]", ["a [ent]", "b"], ["The [ent] c [/ent] marker.", "[question]"]
+    )
+    ids = encoded["input_ids"][0]
+    marker_ids = tok.convert_tokens_to_ids(list(MARKERS))
+    assert [ids.count(m) for m in marker_ids] == [1, 1, 2, 2]
+    assert encoded["candidate_positions"] == [i for i, t in enumerate(ids) if t == marker_ids[2]]
+
+
+def test_markers_are_added_once_with_embeddings_at_the_mean(tmp_path):
+    path = save_tiny_encoder(str(tmp_path / "tiny"))
+    model = AutoModelForCandidateScoring.from_pretrained(path)
+    tok = tokenizer()
+    old = model.get_input_embeddings().weight.detach().clone()
+    assert add_markers(tok) == 4 and add_markers(tok) == 0
+    assert fit_embeddings_to(model, tok) == 4 and fit_embeddings_to(model, tok) == 0
+    new = model.get_input_embeddings().weight.detach()
+    assert new.shape[0] == len(tok) == old.shape[0] + 4
+    assert torch.equal(new[: old.shape[0]], old)
+    ids = tok.convert_tokens_to_ids(list(MARKERS))
+    assert sorted(ids) == list(range(old.shape[0], old.shape[0] + 4))
+    torch.testing.assert_close(new[ids], old.mean(0).expand(4, -1), atol=1e-4, rtol=0)
+
+
+def test_mean_length_counts_the_tokens_of_every_chunk():
+    examples = Dataset.from_dict({"input_ids": [[[1, 2, 3], [4]], [[5, 6]], [[7], [8], [9]]]})
+    assert mean_length(examples) == 3
+    assert mean_length(examples.select([2, 0])) == 3.5
+
+
+def test_collator_pads_chunks_and_candidates():
+    features = [
+        {"input_ids": [[5, 6, 7], [5, 6]], "token_type_ids": [[0, 1, 1], [0, 1]], "candidate_positions": [0, 1, 2],
+         "labels": 2},
+        {"input_ids": [[8]], "token_type_ids": [[0]], "candidate_positions": [0], "labels": 0},
+    ]  # fmt: skip
+    batch = ChunkCollator(pad_token_id=0)(features)
+    assert batch["input_ids"].tolist() == [[[5, 6, 7], [5, 6, 0]], [[8, 0, 0], [0, 0, 0]]]
+    assert batch["attention_mask"].tolist() == [[[1, 1, 1], [1, 1, 0]], [[1, 0, 0], [0, 0, 0]]]
+    assert batch["token_type_ids"].tolist() == [[[0, 1, 1], [0, 1, 0]], [[0, 0, 0], [0, 0, 0]]]
+    assert batch["chunk_mask"].tolist() == [[True, True], [True, False]]
+    assert batch["candidate_positions"].tolist() == [[0, 1, 2], [0, 0, 0]]
+    assert batch["candidate_mask"].tolist() == [[True, True, True], [True, False, False]]
+    assert batch["labels"].tolist() == [2, 0]
+    assert ChunkCollator(pad_token_id=0, pad_to_length=8)(features)["input_ids"].shape == (2, 2, 8)
+
+
+# ---- model, loss, metric -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("model_type", ARCHITECTURES)
+def test_every_architecture_saves_and_reloads_as_itself(model_type, tmp_path):
+    """XxxForCandidateScoring for each supported encoder: the saved model reloads with its method and
+    gives the same scores and hidden states (MRA-2 with 1 of 3 blocks per row, query/key weights
+    scaled up so that attention is peaked: plain attention gives other hidden states)."""
+    config = tiny.tiny_config(model_type)
+    options = {"block_size": 16, "block_per_row": 1}
+    model = AutoModelForCandidateScoring.from_config(config, attn_impl="mra2", attn_config=options).eval()
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if name.endswith(("query.weight", "key.weight")):
+                parameter.mul_(30)
+    inputs = {
+        "input_ids": torch.randint(5, tiny.VOCAB, (2, 3, 40)),
+        "chunk_mask": torch.tensor([[True, True, False], [True, False, False]]),
+        "candidate_positions": torch.tensor([[1, 4, 9], [2, 7, 0]]),
+        "candidate_mask": torch.tensor([[True, True, True], [True, True, False]]),
+    }
+    model.save_pretrained(tmp_path)
+    reloaded = AutoModelForCandidateScoring.from_pretrained(str(tmp_path)).eval()
+    assert type(reloaded).__name__ == type(model).__name__ and type(model).__name__.endswith("ForCandidateScoring")
+    assert reloaded.config.attn_impl == "mra2" and reloaded.config.attn_config["block_per_row"] == 1
+    chunk = inputs["input_ids"][:, 0]
+    with torch.no_grad():
+        torch.testing.assert_close(reloaded(**inputs).logits, model(**inputs).logits)
+        hidden = reloaded.base_model(input_ids=chunk).last_hidden_state
+        torch.testing.assert_close(hidden, model.base_model(input_ids=chunk).last_hidden_state)
+        exact = hea.unpatch_model(reloaded).base_model(input_ids=chunk).last_hidden_state
+    assert (exact - hidden).abs().max() > 0.01
+
+
+def test_pretrained_encoder_weights_load_into_the_scorer(tmp_path):
+    """A plain encoder checkpoint (the real MiniLM, a BertModel) and a masked-LM checkpoint (its
+    encoder under `roberta.`) both fill the scorer's encoder; only the scoring layer is new."""
+    minilm = hea.AutoModel.from_pretrained(minilm_path())
+    scorer = AutoModelForCandidateScoring.from_pretrained(minilm_path(), attn_impl="mra2")
+    encoder_weights = scorer.bert.state_dict()
+    for key, value in minilm.state_dict().items():
+        if not key.startswith("pooler."):
+            assert torch.equal(encoder_weights[key], value), key
+    assert scorer.bert.config.attn_impl == "mra2" and scorer.bert.pooler is None
+
+    torch.manual_seed(0)
+    masked_lm = RobertaForMaskedLM(tiny.tiny_config("roberta"))
+    masked_lm.save_pretrained(tmp_path)
+    scorer = AutoModelForCandidateScoring.from_pretrained(str(tmp_path), attn_impl="softmax")
+    for key, value in masked_lm.roberta.state_dict().items():
+        assert torch.equal(scorer.roberta.state_dict()[key], value), key
+
+
+def encoded_batch(tok, max_length=128, max_chunks=None):
+    examples = real_or_skip() + synthetic_examples(3, **SHORT)
+    encoder = ChunkEncoder(tok, max_length, max_chunks)
+    features = encoder({key: [e[key] for e in examples] for key in ("id", "query", "answer", "candidates", "supports")})
+    rows = [{key: values[i] for key, values in features.items()} for i in range(len(examples))]
+    return examples, rows, ChunkCollator(tok.pad_token_id)(rows)
+
+
+@pytest.mark.parametrize("attn_impl", ["softmax", "mra2"])
+def test_scores_are_summed_over_chunks(attn_impl):
+    """The batched, padded forward pass against a chunk-by-chunk loop: each chunk alone through the
+    encoder, the [ent] positions found by searching the tokens, the scoring layer, the sum over the
+    example's chunks. One finite score per candidate; padded slots hold the lowest value. (MRA-2
+    covers all 4 blocks of a 128-token chunk, so it is exact here too; 5 chunks at most, for time.)"""
+    tok = marked_tokenizer()
+    model = AutoModelForCandidateScoring.from_config(tiny_config(vocab_size=len(tok)), attn_impl=attn_impl).eval()
+    examples, rows, batch = encoded_batch(tok, max_chunks=None if attn_impl == "softmax" else 5)
+    assert batch["chunk_mask"].sum(1).tolist() == [len(r["input_ids"]) for r in rows]  # real ones: 48 and 10 chunks
+    with torch.no_grad():
+        logits = model(**batch).logits
+        ent = tok.convert_tokens_to_ids(CANDIDATE_START)
+        for i, (example, row) in enumerate(zip(examples, rows)):
+            expected = 0
+            for ids, types in zip(row["input_ids"], row["token_type_ids"]):
+                ids, types = torch.tensor([ids]), torch.tensor([types])
+                hidden = model.bert(input_ids=ids, token_type_ids=types).last_hidden_state[0]
+                expected = expected + model.candidate_scorer(hidden[ids[0] == ent]).squeeze(-1)
+            n = len(example["candidates"])
+            assert expected.shape == (n,)
+            torch.testing.assert_close(logits[i, :n], expected, atol=2e-5, rtol=1e-5)
+            assert (logits[i, n:] == torch.finfo(logits.dtype).min).all()
+
+
+def test_loss_is_cross_entropy_over_each_examples_candidates():
+    tok = marked_tokenizer()
+    model = AutoModelForCandidateScoring.from_config(tiny_config(vocab_size=len(tok)), attn_impl="softmax").eval()
+    examples, _, batch = encoded_batch(tok)
+    with torch.no_grad():
+        outputs = model(**batch)
+    reference = np.mean(
+        [
+            -F.log_softmax(outputs.logits[i, : len(e["candidates"])].double(), -1)[e["candidates"].index(e["answer"])]
+            for i, e in enumerate(examples)
+        ]
+    )
+    assert outputs.loss.item() == pytest.approx(reference, rel=1e-5)
+    assert global_mean_loss(outputs, batch["labels"]).item() == pytest.approx(reference, rel=1e-5)
+
+
+def test_accuracy_takes_the_best_of_each_examples_own_candidates():
+    """Trainer pads the score rows of short batches with -100; scores below that must not lose to
+    the padding. Compared with scikit-learn on the argmax over each row's real candidates."""
+    rng = np.random.default_rng(0)
+    counts = rng.integers(2, 8, 40)
+    scores = np.full((40, 8), -100.0)
+    for row, count in zip(scores, counts):
+        row[:count] = rng.normal(-300, 50, count)
+    labels = np.array([rng.integers(0, c) for c in counts])
+    metric = CandidateAccuracy(counts)
+    result = metric(EvalPrediction(predictions=scores, label_ids=labels))
+    expected = [int(np.argmax(row[:count])) for row, count in zip(scores, counts)]
+    assert metric.predicted == expected
+    assert result["accuracy"] == pytest.approx(accuracy_score(labels, expected))
+    assert 0 < result["accuracy"] < 1
+
+
+# ---- bad input -------------------------------------------------------------------------------------
+
+
+def test_data_errors(tmp_path):
+    tok = marked_tokenizer()
+    example = synthetic_examples(1, **SHORT)[0]
+    with pytest.raises(ValueError, match=r"the answer 'rome' is not among its candidates"):
+        ChunkEncoder(tok, 128)({key: [value] for key, value in {**example, "answer": "rome"}.items()})
+    with pytest.raises(ValueError, match=r"take \d+ tokens, which with 3 special tokens leave no room .* 16"):
+        ChunkEncoder(tok, 16).encode(example["id"], example["query"], example["candidates"], example["supports"])
+    with pytest.raises(ValueError, match="call add_markers"):
+        ChunkEncoder(tokenizer(), 128)
+    renamed = write_qangaroo_json(
+        str(tmp_path / "renamed.json"), [{("question" if k == "query" else k): v for k, v in example.items()}]
+    )
+    with pytest.raises(ValueError, match=r"not in the qangaroo \(WikiHop\) format: it lacks \['query'\]"):
+        load_qangaroo(train_file=renamed)
+    with pytest.raises(ValueError, match="allowed extensions: json, jsonl"):
+        WikiHopDataArguments(train_file=str(tmp_path / "train.csv"))
+    with pytest.raises(ValueError, match="--max_chunks must be a positive integer"):
+        WikiHopDataArguments(train_file=renamed, max_chunks=0)
+
+
+def test_training_and_development_files_with_different_fields(tmp_path):
+    """WikiHop's dev.json has an `annotations` field that train.json lacks; both load, and the JSON
+    array of the original files reads as one example per element."""
+    train, dev = write_files(str(tmp_path), train=3, dev=1)
+    raw = load_qangaroo(train_file=train, validation_file=dev)
+    assert raw["train"].num_rows == 3 and raw["validation"].num_rows == 3
+    assert raw["validation"]["id"][:2] == ["WH_dev_0", "WH_dev_1"]
+    assert raw["validation"].column_names == ["id", "query", "answer", "candidates", "supports"]
+
+
+def test_a_dataset_by_name(tmp_path):
+    """--dataset_name goes through datasets.load_dataset (here a local folder with train/validation
+    files, as the Hub's community-datasets/qangaroo has them: no annotations field)."""
+    write_qangaroo_json(str(tmp_path / "data" / "train.json"), synthetic_examples(3, **SHORT))
+    write_qangaroo_json(str(tmp_path / "data" / "validation.json"), synthetic_examples(2, seed=5, **SHORT))
+    raw = load_qangaroo(dataset_name=str(tmp_path / "data"))
+    assert {split: rows.num_rows for split, rows in raw.items()} == {"train": 3, "validation": 2}
+
+
+# ---- tiny runs through the command line --------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory):
+    """Synthetic files only, so that only the tests of the real examples skip without them."""
+    root = tmp_path_factory.mktemp("wikihop")
+    train, dev = write_files(str(root), with_real=False)
+    return {"train": train, "dev": dev, "model": save_tiny_encoder(str(root / "tiny"))}
+
+
+def run(workspace, output_dir, *extra):
+    args = [
+        "--model_name_or_path", workspace["model"], "--train_file", workspace["train"],
+        "--validation_file", workspace["dev"], "--max_seq_length", "128", "--output_dir", str(output_dir),
+        "--per_device_train_batch_size", "4", "--per_device_eval_batch_size", "4", "--learning_rate", "1e-3",
+        "--logging_steps", "1", "--report_to", "none", "--disable_tqdm", "true", "--seed", "3", *extra,
+    ]  # fmt: skip
+    return main(args)
+
+
+def read(folder, name):
+    with open(os.path.join(folder, name)) as f:
+        return json.load(f)
+
+
+def test_tiny_run_writes_results_and_predictions_and_reloads(workspace, tmp_path, capsys):
+    """Training on synthetic examples, evaluation on the two real ones (48 and 10 chunks) and 8 synthetic."""
+    _, dev_file = write_files(str(tmp_path), train=0, dev=8)
+    out = tmp_path / "out"
+    config = {
+        "model_name_or_path": workspace["model"], "attn_impl": "mra2", "attn_config": {"block_size": 16},
+        "train_file": workspace["train"], "validation_file": dev_file, "max_seq_length": 128,
+        "do_train": True, "do_eval": True, "max_steps": 4, "per_device_train_batch_size": 4,
+        "per_device_eval_batch_size": 4, "learning_rate": 1e-3, "report_to": "none", "disable_tqdm": True,
+        "output_dir": str(out),
+    }  # fmt: skip
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    main([str(tmp_path / "config.json")])  # a single .json argument is the whole configuration
+
+    results = read(out, "all_results.json")
+    assert results == {**read(out, "train_results.json"), **read(out, "eval_results.json")}
+    assert results["eval_samples"] == 10 and 0 <= results["eval_accuracy"] <= 1
+    summary = capsys.readouterr().out.strip().splitlines()[-1]
+    assert summary.startswith("summary: attention mra2, train ") and "tokens/s" in summary
+    assert f"eval accuracy {results['eval_accuracy']:.4f}" in summary
+
+    with open(dev_file) as f:
+        dev = json.load(f)
+    predictions = read(out, "predictions.json")
+    assert list(predictions) == [e["id"] for e in dev]
+    assert all(predictions[e["id"]] in e["candidates"] for e in dev)
+    correct = [predictions[e["id"]] == e["answer"] for e in dev]
+    assert results["eval_accuracy"] == pytest.approx(np.mean(correct))
+
+    # The saved model is the candidate scorer with its method and markers; it reproduces the predictions.
+    model = AutoModelForCandidateScoring.from_pretrained(str(out)).eval()
+    assert isinstance(model, BertForCandidateScoring)
+    assert model.config.attn_impl == "mra2" and model.config.attn_config["block_size"] == 16
+    tok = AutoTokenizer.from_pretrained(str(out))
+    assert all(m in tok.get_vocab() for m in MARKERS) and model.get_input_embeddings().num_embeddings == len(tok)
+    encoder = ChunkEncoder(tok, 128)
+    collate = ChunkCollator(tok.pad_token_id)
+    rows = Dataset.from_list(dev).map(encoder, batched=True, remove_columns=list(dev[0]))
+    with torch.no_grad():
+        logits = model(**collate([rows[i] for i in range(len(rows))])).logits
+    assert {e["id"]: e["candidates"][int(logits[i].argmax())] for i, e in enumerate(dev)} == predictions
+
+    # Evaluation only, from the saved folder, no --attn_impl: the method comes from its config.
+    again = run(
+        workspace, tmp_path / "again", "--do_eval", "--model_name_or_path", str(out), "--validation_file", dev_file
+    )
+    assert again["eval_loss"] == pytest.approx(results["eval_loss"], rel=1e-6)
+    assert again["eval_accuracy"] == results["eval_accuracy"]
+
+
+def test_resume_equals_uninterrupted(workspace, tmp_path, monkeypatch):
+    """6 steps of 4 over 12 examples (3 steps per epoch); resuming from step 3 trains the 3 remaining
+    steps and reaches the same evaluation as the run that never stopped (dropout on: Trainer
+    restores the RNG states)."""
+    steps = []
+    training_step = Trainer.training_step
+    monkeypatch.setattr(Trainer, "training_step", lambda self, *a, **k: steps.append(1) or training_step(self, *a, **k))
+    common = ["--do_train", "--do_eval", "--max_steps", "6", "--max_train_samples", "12", "--save_steps", "3",
+              "--attn_impl", "mra2", "--max_seq_length", "64"]  # fmt: skip
+    whole = run(workspace, tmp_path / "whole", *common)
+    assert len(steps) == 6
+    resumed_dir = tmp_path / "resumed"
+    shutil.copytree(tmp_path / "whole" / "checkpoint-3", resumed_dir / "checkpoint-3")
+    resumed = run(workspace, resumed_dir, *common)  # finds checkpoint-3 in output_dir and resumes
+    assert len(steps) == 6 + 3  # resumed, not restarted
+    assert resumed["epoch"] == whole["epoch"] == 2
+    assert resumed["eval_loss"] == pytest.approx(whole["eval_loss"], rel=1e-6, abs=0)
+    assert resumed["eval_accuracy"] == whole["eval_accuracy"]
+
+
+def test_trainer_options_on_cpu(workspace, tmp_path):
+    """The recipes' options: bf16 autocast, gradient checkpointing through the patched attention,
+    per-epoch evaluation and saving; and chunks padded to --max_seq_length, at most 3 per example."""
+    out = tmp_path / "opts"
+    metrics = run(workspace, out, "--do_train", "--do_eval", "--use_cpu", "--bf16", "--gradient_checkpointing",
+                  "--attn_impl", "mra2", "--num_train_epochs", "1", "--max_train_samples", "8",
+                  "--eval_strategy", "epoch", "--save_strategy", "epoch", "--pad_to_max_length", "--max_chunks", "3")  # fmt: skip
+    assert math.isfinite(metrics["eval_loss"]) and metrics["epoch"] == 1
+    assert os.path.isdir(out / "checkpoint-2")
+    assert len([e for e in read(out, "trainer_state.json")["log_history"] if "eval_loss" in e]) == 1
+
+
+def test_command_line_errors(workspace, tmp_path):
+    with pytest.raises(ValueError, match="--do_predict is not supported"):
+        run(workspace, tmp_path, "--do_predict")
+    with pytest.raises(ValueError, match=r"--max_seq_length 1024 exceeds the model's position table \(512 tokens\)"):
+        run(workspace, tmp_path, "--do_train", "--max_seq_length", "1024")
+    with pytest.raises(ValueError, match="--do_eval needs a validation split"):
+        main(["--model_name_or_path", workspace["model"], "--train_file", workspace["train"], "--do_eval",
+              "--output_dir", str(tmp_path), "--report_to", "none"])  # fmt: skip
+
+
+# ---- recipes ---------------------------------------------------------------------------------------
+
+RECIPES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs", "train")
+WIKIHOP_RECIPES = sorted(n for n in os.listdir(RECIPES) if n.startswith("wikihop-"))
+
+
+@pytest.mark.parametrize("name", WIKIHOP_RECIPES)
+def test_recipes(name, tmp_path, monkeypatch):
+    """Every key is a flag of finetune_wikihop.py; the RoBERTa-base recipes have seed 003's Table 8
+    settings (4096 tokens, global batch 32 on 1 or 8 GPUs, lr 5e-5, 15 epochs); the CPU recipe
+    parses whole (the GPU ones ask for bf16, which TrainingArguments refuses without a GPU here)."""
+    from transformers import TrainingArguments
+
+    from hf_efficient_attn.training.args import ModelArguments, parse_arguments
+
+    with open(os.path.join(RECIPES, name)) as f:
+        recipe = json.load(f)
+    types = (ModelArguments, WikiHopDataArguments, TrainingArguments)
+    flags = {f.name for cls in types for f in dataclasses.fields(cls)}
+    assert set(recipe) <= flags, sorted(set(recipe) - flags)
+    if name.startswith("wikihop-roberta-base-4096"):
+        processes = 8 if name.endswith("-8gpu.json") else 1
+        batch = recipe["per_device_train_batch_size"] * recipe["gradient_accumulation_steps"] * processes
+        settings = (recipe["max_seq_length"], batch, recipe["learning_rate"], recipe["num_train_epochs"])
+        assert settings == (4096, 32, 5e-5, 15)
+    else:
+        assert recipe["use_cpu"]
+        monkeypatch.chdir(tmp_path)
+        train, dev = write_files("outputs/wikihop", train=1, dev=1, with_real=False)
+        assert (train, dev) == (recipe["train_file"], recipe["validation_file"])
+        _, data_args, training_args = parse_arguments(types, [os.path.join(RECIPES, name)])
+        assert data_args.max_seq_length == 2048 and training_args.max_steps == recipe["max_steps"]

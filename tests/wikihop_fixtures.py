@@ -1,0 +1,64 @@
+"""WikiHop test data and tiny models.
+
+The tokenizer is the real WordPiece tokenizer of all-MiniLM-L6-v2 (offline), whose vocabulary
+holds the synthetic examples' people and places as single words; the tiny encoders are saved
+as plain ``BertModel`` checkpoints (as MiniLM is), so the candidate scorer loads them with a new
+scoring layer. The two real WikiHop examples come from the allennlp wheel
+(``hf_efficient_attn.data.qangaroo``); tests that need them skip when it was not fetched.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import transformers as T
+
+from hf_efficient_attn.data.minilm import minilm_path
+from hf_efficient_attn.data.qangaroo import FETCH_COMMAND, real_examples, synthetic_examples, write_qangaroo_json
+
+#: Synthetic examples small enough for fast tests: two documents of one news sentence each
+#: (one of them also holds the answer sentence); about 70-100 tokens.
+SHORT = {"num_supports": 2, "sentences_per_support": 1}
+
+
+def tokenizer() -> T.PreTrainedTokenizerBase:
+    """A fresh copy (the scripts add marker tokens to it)."""
+    return T.AutoTokenizer.from_pretrained(minilm_path())
+
+
+def tiny_config(**overrides) -> T.BertConfig:
+    common = {
+        "vocab_size": len(tokenizer()),
+        "hidden_size": 32,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "intermediate_size": 64,
+        "max_position_embeddings": 512,
+    }
+    return T.BertConfig(**{**common, **overrides})
+
+
+def save_tiny_encoder(path: str, seed: int = 0, **overrides) -> str:
+    """A randomly initialised tiny BertModel checkpoint and the MiniLM tokenizer at ``path``."""
+    T.set_seed(seed)
+    T.BertModel(tiny_config(**overrides), add_pooling_layer=False).save_pretrained(path)
+    tokenizer().save_pretrained(path)
+    return path
+
+
+def real_or_skip() -> list[dict]:
+    try:
+        return real_examples()
+    except FileNotFoundError:
+        pytest.skip(f"the real WikiHop examples are not fetched; run once: {FETCH_COMMAND}")
+
+
+def write_files(folder: str, train: int = 24, dev: int = 8, with_real: bool = True, seed: int = 0) -> tuple[str, str]:
+    """``train.json`` (synthetic, original schema without ``annotations``, as WikiHop's training
+    file) and ``dev.json`` (the two real development examples with their ``annotations``, then
+    synthetic ones), one JSON array each."""
+    real = real_or_skip() if with_real else []
+    train_path = write_qangaroo_json(os.path.join(folder, "train.json"), synthetic_examples(train, seed=seed, **SHORT))
+    dev_examples = real + synthetic_examples(dev, seed=seed + 1000, **SHORT)
+    return train_path, write_qangaroo_json(os.path.join(folder, "dev.json"), dev_examples)
