@@ -30,27 +30,38 @@ Transformers' ``modeling_mra.py``, unless said otherwise):
   blocks). This puts every query block's best key block ahead of all other pairs, so with
   ``block_per_row >= 1``, no priors and no tied scores every query block gets at least one exact
   block (ties at the row maximum, as in the official code, may leave a block without one).
+  Pairs tied at the budget's cut go to the lowest (x, y) index (the official top-k breaks such
+  ties arbitrarily), so the choice does not depend on appended padding.
 - Priors (official ``initial_prior_first_n_blocks`` / ``initial_prior_diagonal_n_blocks``, off
-  by default as in Transformers' ``MraConfig``): the first ``n`` query-block rows and key-block
-  columns (global tokens), and the band |x - y| <= n // 2 around the diagonal. Prior pairs are
-  ranked ahead of every other pair (the official code adds 5e3 to their scores); they still count
-  against the budget.
+  by default as in Transformers' ``MraConfig``): three prior sets, the first ``n`` query-block
+  rows, the first ``n`` key-block columns (global tokens), and the band |x - y| <= n // 2 around
+  the diagonal. As in the official code, which adds 5e3 to a pair's score once per set it belongs
+  to, pairs rank first by how many sets hold them, then by score; so when prior pairs outnumber
+  the budget, pairs in several sets (e.g. (0, 0), or the diagonal of the first row) win. Prior
+  pairs count against the budget.
 - Padding: block means, counts and the ranking use real tokens only (official masked means);
   blocks without a real token are never selected and never attended. The budget is
   ``block_per_row`` x (number of query blocks holding a real token) of *that* sequence, at most
   all real block pairs, so appending padding changes nothing (the official code's budget depends
   on the padded model length). The sequence is padded internally to a multiple of
   ``block_size``; internal padding is treated exactly like key padding.
+- Blocks are cut every ``block_size`` positions from the first one, so *left* padding (pad
+  tokens before the text) moves the real tokens across block boundaries and changes the
+  approximation, unless its length is a multiple of ``block_size`` (then outputs are unchanged,
+  as for right padding; both are tested). Pad on the right, as BERT/RoBERTa tokenizers do by
+  default. The official code has the same block boundaries.
 - Gradients flow through the exact blocks and the low-resolution term (block means); the
   selection itself is not differentiated (as the official code, which selects under no_grad).
 
 Two backends compute the same thing:
 
-- ``gather``: plain PyTorch. The selected (query block, key block) pairs are listed, their
-  blocks gathered with ``index_select`` and multiplied with batched matmuls; partial results
-  are combined per query row with ``index_add``; the low-resolution part is a dense
-  (nb x nb) block-level softmax. Cost and memory grow with the number of selected blocks.
-  Supports autograd and every dtype and device (half precision is computed in fp32).
+- ``gather``: plain PyTorch (:mod:`.block_sparse`). Query blocks are grouped by their number of
+  selected key blocks; each chunk's key blocks are gathered with ``index_select`` and multiplied
+  in batched matmuls. For ``mra2`` the low-resolution part (a dense (nb x nb) block-level
+  softmax) enters as one extra key per query block, as in ``flex`` below. A custom autograd
+  function keeps only the output and the per-row log-sum-exp and recomputes the selected blocks
+  in the backward (flash attention's scheme), so memory is O(n) and time grows with the number
+  of selected blocks. Every dtype and device (half precision is computed in fp32).
 - ``flex``: ``torch.nn.attention.flex_attention`` (compiled), with a ``BlockMask`` listing the
   selected key blocks of every query block and a ``mask_mod`` for padded keys. For ``mra2``
   the low-resolution part enters the same call as one virtual key per query block x, with
@@ -75,6 +86,7 @@ import torch.nn.functional as F
 from torch.nn.attention.flex_attention import BlockMask, flex_attention
 
 from ..registry import register_method
+from .block_sparse import block_sparse_attention
 from .base import AttentionMethod, MethodOptions, check_choice, check_int, compute_dtype, pad_to_multiple
 
 BACKENDS = ("auto", "flex", "gather")
@@ -148,21 +160,29 @@ def select_blocks(logits: torch.Tensor, counts: torch.Tensor, block_per_row: int
     row_max = logits.masked_fill(~eligible, -math.inf).amax(-1, keepdim=True)
     score = torch.where(eligible, logits - row_max, -math.inf)
     if first_n > 0 or diagonal_n > 0:
+        # Rank by the number of prior sets a pair is in (first rows, first columns, diagonal band),
+        # then by score: the official get_block_idxes adds 5e3 per set. Other scores lie in
+        # [lowest, 0], so a step of 1 - lowest per set keeps the levels apart.
         idx = torch.arange(nb, device=logits.device)
-        prior = (idx[:, None] < first_n) | (idx[None, :] < first_n)
+        prior_sets = (idx[:, None] < first_n).to(score.dtype) + (idx[None, :] < first_n).to(score.dtype)
         if diagonal_n > 0:
-            prior |= (idx[:, None] - idx[None, :]).abs() <= diagonal_n // 2
-        # Shift prior pairs above every other pair: other scores lie in [lowest, 0].
+            prior_sets += ((idx[:, None] - idx[None, :]).abs() <= diagonal_n // 2).to(score.dtype)
         lowest = score.masked_fill(~eligible, math.inf).amin((-2, -1), keepdim=True)
-        score = torch.where(prior & eligible, score - lowest + 1, score)
+        score = torch.where(eligible, score + prior_sets * (1 - lowest), score)
     real_blocks = has_real.sum(-1)
     budget = torch.minimum(real_blocks * block_per_row, real_blocks * real_blocks)  # (B,)
     top = int(budget.max())
-    selected = torch.zeros(batch, heads, nb * nb, dtype=torch.bool, device=logits.device)
-    if top > 0:
-        ranked = score.flatten(2).topk(top, dim=-1, sorted=True).indices
-        keep = (torch.arange(top, device=logits.device) < budget[:, None, None]).expand(-1, heads, -1)
-        selected.scatter_(-1, ranked, keep)
+    if top == 0:
+        return torch.zeros_like(logits, dtype=torch.bool)
+    score = score.flatten(2)
+    budget = budget[:, None, None]
+    threshold = score.topk(top, dim=-1).values.gather(-1, (budget - 1).clamp(min=0).expand(-1, heads, -1))
+    selected = score > threshold
+    # Ties at the threshold (e.g. row maxima, all 0, at one prior level) go to the lowest
+    # (query block, key block) index, so that appended padding cannot change the choice.
+    tied = score == threshold
+    selected |= tied & (tied.cumsum(-1) <= budget - selected.sum(-1, keepdim=True))
+    selected &= budget > 0
     return selected.view(batch, heads, nb, nb)
 
 
@@ -172,64 +192,16 @@ def _low_resolution_logits(stats: BlockStats, selected: torch.Tensor) -> torch.T
     return (stats.logits + log_counts).masked_fill(selected, -math.inf)
 
 
-def _normalise(num: torch.Tensor, den: torch.Tensor, row_max: torch.Tensor):
-    """(num / den, log-sum-exp) with empty rows (den = 0) giving 0 and -inf."""
-    nonempty = den > 0
-    den = torch.where(nonempty, den, 1.0)
-    return num / den.unsqueeze(-1), torch.where(nonempty, row_max + den.log(), -math.inf)
-
-
-def _finite_max(x: torch.Tensor, dim: int) -> torch.Tensor:
-    """Detached max for max subtraction; 0 where the whole row is -inf."""
-    m = x.detach().amax(dim)
-    return m.masked_fill(m == -math.inf, 0.0)
-
-
-def gather_selected_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, real: torch.Tensor,
-                              selected: torch.Tensor, block_size: int, scaling: float):
-    """Exact softmax attention restricted to the selected blocks, by gather + bmm.
-
-    Returns (out, lse), (B, H, N, D) and (B, H, N): the normalised output and log-sum-exp of
-    every row over its selected keys (0 and -inf for rows with none)."""
-    batch, heads, length, dim = q.shape
-    nb = length // block_size
-    b, h, x, y = selected.nonzero(as_tuple=True)
-    rows = (b * heads + h) * nb + x  # query block id, in (B * H * nb)
-    cols = (b * heads + h) * nb + y
-    blocks = (batch * heads * nb, block_size, dim)
-    q_blocks = (q * scaling).reshape(blocks).index_select(0, rows)
-    k_blocks = k.reshape(blocks).index_select(0, cols)
-    v_blocks = v.reshape(blocks).index_select(0, cols)
-    scores = torch.bmm(q_blocks, k_blocks.transpose(1, 2))
-    key_real = real.view(batch, nb, block_size)[b, y]
-    if not bool(key_real.all()):
-        scores = scores.masked_fill(~key_real[:, None, :], -math.inf)
-    # Every selected block has a real key, so each block's row max is finite.
-    row_max = torch.full(blocks[:2], -math.inf, dtype=q.dtype, device=q.device)
-    row_max.scatter_reduce_(0, rows[:, None].expand(-1, block_size), scores.detach().amax(-1), "amax")
-    row_max = row_max.masked_fill(row_max == -math.inf, 0.0)
-    probs = torch.exp(scores - row_max[rows].unsqueeze(-1))
-    num = q.new_zeros(blocks).index_add(0, rows, torch.bmm(probs, v_blocks))
-    den = q.new_zeros(blocks[:2]).index_add(0, rows, probs.sum(-1))
-    out, lse = _normalise(num, den, row_max)
-    return out.view(batch, heads, length, dim), lse.view(batch, heads, length)
-
-
 def low_resolution_attention(low_logits: torch.Tensor, value_means: torch.Tensor):
     """Alg. 2 at resolution b: per query block, (out, lse) of the blocks kept at low resolution,
-    shapes (B, H, nb, D) and (B, H, nb)."""
-    row_max = _finite_max(low_logits, -1)
+    shapes (B, H, nb, D) and (B, H, nb); rows with no such block give 0 and -inf."""
+    row_max = low_logits.detach().amax(-1)
+    row_max = row_max.masked_fill(row_max == -math.inf, 0.0)
     weights = torch.exp(low_logits - row_max.unsqueeze(-1))
-    return _normalise(weights @ value_means, weights.sum(-1), row_max)
-
-
-def merge_by_lse(out_a: torch.Tensor, lse_a: torch.Tensor, out_b: torch.Tensor, lse_b: torch.Tensor):
-    """Softmax over the union of two disjoint key sets from each set's (out, log-sum-exp)."""
-    m = _finite_max(torch.stack([lse_a, lse_b]), 0)
-    w_a, w_b = torch.exp(lse_a - m), torch.exp(lse_b - m)
-    total = w_a + w_b
-    total = torch.where(total > 0, total, 1.0)
-    return (w_a.unsqueeze(-1) * out_a + w_b.unsqueeze(-1) * out_b) / total.unsqueeze(-1)
+    total = weights.sum(-1)
+    nonempty = total > 0
+    total = torch.where(nonempty, total, 1.0)
+    return weights @ value_means / total.unsqueeze(-1), torch.where(nonempty, row_max + total.log(), -math.inf)
 
 
 # ----------------------------------------------------------------------------- flex backend
@@ -345,9 +317,7 @@ class _MraBase(AttentionMethod):
         if use_flex:
             out = flex_mra_attention(q, k, v, real, selected, bs, scaling, low_out, low_lse)
         else:
-            out, lse = gather_selected_attention(q, k, v, real, selected, bs, scaling)
-            if low_out is not None:
-                out = merge_by_lse(out, lse, low_out.repeat_interleave(bs, 2), low_lse.repeat_interleave(bs, 2))
+            out = block_sparse_attention(q, k, v, selected, bs, scaling, real, low_out, low_lse)
         return out[:, :, :length]
 
 
