@@ -172,7 +172,8 @@ def test_prior_selection_follows_the_reference_implementation():
     logits = torch.randn(1, heads, nb, nb, dtype=torch.float64)
     logits[0, : heads // 2, [0, 0, 1], [0, 1, 0]] -= 50.0  # multi-set pairs scored lowest in half the heads
     q, k = qkv(batch=1, heads=heads, seq=512, dim=64)[:2]
-    stats = mra.block_stats(q, k, k, torch.ones(1, 512, dtype=torch.bool), BS, 64**-0.5)
+    blocks = [t.unflatten(2, (-1, BS)) for t in (q, k)]
+    stats = mra.block_stats(*blocks, blocks[1], torch.ones(1, 512, dtype=torch.bool), 64**-0.5)
     ref_logits = reference.get_low_resolution_logit(q[0], k[0], BS)[0]
     torch.testing.assert_close(stats.logits[0], ref_logits)  # the block logits agree too
     counts = torch.full((1, nb), BS)
@@ -244,6 +245,13 @@ def test_half_precision_forward_and_backward_match_fp32(name, dtype, tol):
 # ----------------------------------------------------------------------------- block-sparse function
 
 
+def block_sparse_on_sequences(q, k, v, selected, bs, scaling, key_real, extra_value, extra_score):
+    """block_sparse_attention on (B, H, N, D) tensors (it takes and returns blocks)."""
+    blocks = [t.unflatten(2, (-1, bs)) for t in (q, k, v)]
+    out = block_sparse.block_sparse_attention(*blocks, selected, scaling, key_real, extra_value, extra_score)
+    return out.flatten(2, 3)
+
+
 def dense_block_sparse_reference(q, k, v, selected, bs, scaling, key_real, extra_value, extra_score):
     """softmax over [the keys of the selected blocks, one extra key per query block] written densely,
     differentiable by autograd; rows with no key at all are 0."""
@@ -287,7 +295,7 @@ def test_block_sparse_attention_and_its_backward_match_autograd_through_a_dense_
         t.requires_grad_()
     grad_out = torch.randn_like(case[0])
     results = []
-    for fn in (block_sparse.block_sparse_attention, dense_block_sparse_reference):
+    for fn in (block_sparse_on_sequences, dense_block_sparse_reference):
         out = fn(*case)
         results.append([out, *torch.autograd.grad(out, inputs, grad_out)])
     for ours, expected in zip(*results):
@@ -301,7 +309,7 @@ def test_block_sparse_attention_gradcheck():
     inputs = [t.requires_grad_() for t in (q, k, v, extra_value, extra_score)]
 
     def fn(q, k, v, extra_value, extra_score):
-        return block_sparse.block_sparse_attention(q, k, v, selected, bs, scaling, key_real, extra_value, extra_score)
+        return block_sparse_on_sequences(q, k, v, selected, bs, scaling, key_real, extra_value, extra_score)
 
     assert torch.autograd.gradcheck(fn, inputs, eps=1e-6, atol=1e-7)
 

@@ -135,15 +135,12 @@ class BlockStats(NamedTuple):
     value_means: torch.Tensor  # (B, H, nb, D) mean of the real values of each block
 
 
-def block_stats(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, real: torch.Tensor, block_size: int,
-                scaling: float) -> BlockStats:
-    """Masked block means (eqs. 11, 17) and log mu (eq. 12) of padded q, k, v (B, H, N, D);
-    ``real`` (B, N) marks real tokens; q, k, v must be zero at the other positions."""
-    batch, heads, length, dim = q.shape
-    shape = (batch, heads, length // block_size, block_size, dim)
-    counts = real.view(batch, -1, block_size).sum(-1)
+def block_stats(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, real: torch.Tensor, scaling: float) -> BlockStats:
+    """Masked block means (eqs. 11, 17) and log mu (eq. 12) of q, k, v as blocks (B, H, nb, b, D);
+    ``real`` (B, nb * b) marks real tokens; q, k, v must be zero at the other positions."""
+    counts = real.view(real.shape[0], -1, q.shape[3]).sum(-1)
     inv_count = 1.0 / counts.clamp(min=1).to(q.dtype)[:, None, :, None]
-    q_mean, k_mean, v_mean = (t.view(shape).sum(3) * inv_count for t in (q, k, v))
+    q_mean, k_mean, v_mean = (t.sum(3) * inv_count for t in (q, k, v))
     return BlockStats(counts, q_mean @ k_mean.transpose(-1, -2) * scaling, v_mean)
 
 
@@ -303,21 +300,25 @@ class _MraBase(AttentionMethod):
         real = pad_to_multiple(real, multiple, dim=1, value=False)
         work_dtype = q.dtype if use_flex else compute_dtype(q)
         # Padded tokens are zero (the base class zeroes key padding; internal padding adds zeros).
-        q, k, v = (pad_to_multiple(t.to(work_dtype), multiple, dim=2) for t in (q, k, v))
+        # Blocks (B, H, nb, b, D): one view per tensor, shared by the block means and the exact part,
+        # so that their gradients add up in one buffer.
+        q, k, v = (pad_to_multiple(t.to(work_dtype), multiple, dim=2).contiguous().unflatten(2, (-1, bs))
+                   for t in (q, k, v))
         if use_flex and not torch.is_grad_enabled():
             q, k, v = (t.detach() for t in (q, k, v))  # CPU flex refuses inputs that require grad
 
         stats_dtype = compute_dtype(q)
-        stats = block_stats(q.to(stats_dtype), k.to(stats_dtype), v.to(stats_dtype), real, bs, scaling)
+        stats = block_stats(q.to(stats_dtype), k.to(stats_dtype), v.to(stats_dtype), real, scaling)
         selected = select_blocks(stats.logits, stats.counts, opts.block_per_row,
                                  opts.initial_prior_first_n_blocks, opts.initial_prior_diagonal_n_blocks)
         low_out = low_lse = None
         if self.low_resolution:
             low_out, low_lse = low_resolution_attention(_low_resolution_logits(stats, selected), stats.value_means)
         if use_flex:
+            q, k, v = (t.flatten(2, 3) for t in (q, k, v))
             out = flex_mra_attention(q, k, v, real, selected, bs, scaling, low_out, low_lse)
         else:
-            out = block_sparse_attention(q, k, v, selected, bs, scaling, real, low_out, low_lse)
+            out = block_sparse_attention(q, k, v, selected, scaling, real, low_out, low_lse).flatten(2, 3)
         return out[:, :, :length]
 
 
