@@ -144,6 +144,8 @@ def test_select_blocks_budget_padding_and_priors():
     assert diag[0, :, band].all()
     # The budget caps at all real pairs.
     assert mra.select_blocks(logits, counts, block_per_row=6)[1, :, :3, :3].all()
+    # A sequence of padding only selects nothing, whatever the other sequences' budgets.
+    assert not mra.select_blocks(logits, torch.stack([counts[0], torch.zeros(6, dtype=torch.long)]), 2)[1].any()
     # Ties at the cut go to the lowest (query block, key block) index: all scores equal here.
     tied = mra.select_blocks(torch.zeros(2, 1, 6, 6), counts, block_per_row=1)
     assert tied[0, 0, 0].all() and tied[0, 0].sum() == 6

@@ -153,19 +153,20 @@ def select_blocks(logits: torch.Tensor, counts: torch.Tensor, block_per_row: int
     all real block pairs; pairs are ranked over the whole head (see module docstring)."""
     batch, heads, nb, _ = logits.shape
     has_real = counts > 0
-    eligible = (has_real[:, :, None] & has_real[:, None, :])[:, None]  # (B, 1, nb, nb)
-    row_max = logits.masked_fill(~eligible, -math.inf).amax(-1, keepdim=True)
-    score = torch.where(eligible, logits - row_max, -math.inf)
+    if not bool(has_real.all()):  # pairs with a block without real tokens are never selected
+        logits = logits.masked_fill(~(has_real[:, None, :, None] & has_real[:, None, None, :]), -math.inf)
+    row_max = logits.amax(-1, keepdim=True)
+    score = logits - row_max.masked_fill_(row_max == -math.inf, 0.0)  # -inf: not eligible
     if first_n > 0 or diagonal_n > 0:
         # Rank by the number of prior sets a pair is in (first rows, first columns, diagonal band),
-        # then by score: the official get_block_idxes adds 5e3 per set. Other scores lie in
+        # then by score: the official get_block_idxes adds 5e3 per set. Eligible scores lie in
         # [lowest, 0], so a step of 1 - lowest per set keeps the levels apart.
         idx = torch.arange(nb, device=logits.device)
         prior_sets = (idx[:, None] < first_n).to(score.dtype) + (idx[None, :] < first_n).to(score.dtype)
         if diagonal_n > 0:
             prior_sets += ((idx[:, None] - idx[None, :]).abs() <= diagonal_n // 2).to(score.dtype)
-        lowest = score.masked_fill(~eligible, math.inf).amin((-2, -1), keepdim=True)
-        score = torch.where(eligible, score + prior_sets * (1 - lowest), score)
+        lowest = score.masked_fill(score == -math.inf, math.inf).amin((-2, -1), keepdim=True)
+        score = score + prior_sets * (1 - lowest)
     real_blocks = has_real.sum(-1)
     budget = torch.minimum(real_blocks * block_per_row, real_blocks * real_blocks)  # (B,)
     top = int(budget.max())
@@ -174,12 +175,13 @@ def select_blocks(logits: torch.Tensor, counts: torch.Tensor, block_per_row: int
     score = score.flatten(2)
     budget = budget[:, None, None]
     threshold = score.topk(top, dim=-1).values.gather(-1, (budget - 1).clamp(min=0).expand(-1, heads, -1))
-    selected = score > threshold
-    # Ties at the threshold (e.g. row maxima, all 0, at one prior level) go to the lowest
-    # (query block, key block) index, so that appended padding cannot change the choice.
-    tied = score == threshold
-    selected |= tied & (tied.cumsum(-1) <= budget - selected.sum(-1, keepdim=True))
-    selected &= budget > 0
+    selected = score >= threshold
+    if bool((selected.sum(-1, keepdim=True) > budget).any()):
+        # Ties at the threshold (e.g. row maxima, all 0, at one prior level; or -inf in a sequence
+        # of padding only, whose budget is 0) go to the lowest (query block, key block) index, so
+        # that appended padding cannot change the choice.
+        tied = score == threshold
+        selected &= ~tied | (tied.cumsum(-1) <= budget - (score > threshold).sum(-1, keepdim=True))
     return selected.view(batch, heads, nb, nb)
 
 
