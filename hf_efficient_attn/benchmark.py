@@ -14,18 +14,20 @@ Two benchmarks, each a table (markdown + csv), the raw measurements (json) and a
 
 A method is given as ``NAME`` or ``NAME:OPTION=VALUE,...`` (e.g. ``mra2:backend=flex``).
 Time is the median of ``--repeats`` calls after one warm-up call (which also compiles compiled
-kernels and allocates the optimizer state). Peak memory is, on CUDA, ``max_memory_allocated``
-minus the memory allocated before the first call; on CPU, the rise of the process's peak resident
-set (``ru_maxrss``) over its resident size before the first call.
+kernels and allocates the optimizer state). Peak memory is what one more call needs beyond the
+memory live before it (inputs, weights, optimizer state, accumulated gradients): on CUDA the rise
+of ``max_memory_allocated``; on CPU the rise of the resident set's high-water mark over the
+resident size before the call, with glibc's mmap threshold fixed at 128 KiB for that call so that
+freed tensors leave the resident set (otherwise the peak measures what the allocator keeps).
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import ctypes
 import json
 import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -57,7 +59,7 @@ class Measurement:
     mode: str  # "forward", "forward+backward" or "train step"
     seconds: float
     peak_mb: float
-    pid: int  # the process that measured it
+    pids: list[int]  # the fresh processes that measured the time and the memory
 
 
 def parse_method_spec(spec: str) -> tuple[str, dict[str, Any]]:
@@ -76,50 +78,12 @@ def parse_method_spec(spec: str) -> tuple[str, dict[str, Any]]:
     return name, options
 
 
-def _resident_mb() -> float:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+# ----------------------------------------------------------------------------- what is measured
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-
-
-def _time_and_peak(step: Callable[[], None], device: torch.device, repeats: int) -> tuple[float, float]:
-    """Median seconds of ``repeats`` calls of ``step`` after one warm-up call, and the peak MB."""
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats()
-        baseline = torch.cuda.memory_allocated() / 2**20
-    else:
-        baseline = _resident_mb()
-    step()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        step()
-        _sync(device)
-        times.append(time.perf_counter() - start)
-    if device.type == "cuda":
-        peak = torch.cuda.max_memory_allocated() / 2**20 - baseline
-    else:
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 - baseline
-    return statistics.median(times), max(peak, 0.0)
-
-
-def measure_attention(
-    spec: str,
-    seq_len: int,
-    backward: bool,
-    *,
-    batch: int = 1,
-    heads: int = 12,
-    head_dim: int = 64,
-    device: str = "cpu",
-    dtype: str = "fp32",
-    repeats: int = 3,
-) -> Measurement:
-    """One attention call of method ``spec`` on random q, k, v (B, H, N, D)."""
+def attention_step(spec: str, seq_len: int, backward: bool, *, batch: int = 1, heads: int = 12, head_dim: int = 64,
+                   device: str = "cpu", dtype: str = "fp32") -> Callable[[], None]:
+    """One attention call of method ``spec`` on random q, k, v (B, H, N, D), with backward if asked."""
     dev, torch_dtype = torch.device(device), DTYPES[dtype]
     name, options = parse_method_spec(spec)
     module = build_method(name, options, AttentionShape(heads, head_dim, max(seq_len, 4096))).to(dev, torch_dtype)
@@ -134,9 +98,7 @@ def measure_attention(
             if backward:
                 out.sum().backward()
 
-    seconds, peak = _time_and_peak(step, dev, repeats)
-    mode = "forward+backward" if backward else "forward"
-    return Measurement(spec, seq_len, mode, seconds, peak, os.getpid())
+    return step
 
 
 def build_mlm_model(spec: str, seq_len: int, layers: int = 2, vocab_size: int = 1024) -> torch.nn.Module:
@@ -176,38 +138,107 @@ def mlm_training_step(model: torch.nn.Module, batch: int, seq_len: int, dtype: s
     return step
 
 
-def measure_model_step(
-    spec: str,
-    seq_len: int,
-    *,
-    layers: int = 2,
-    vocab_size: int = 1024,
-    batch: int = 1,
-    device: str = "cpu",
-    dtype: str = "fp32",
-    repeats: int = 3,
-) -> Measurement:
-    """:func:`mlm_training_step` of :func:`build_mlm_model`, timed."""
-    dev = torch.device(device)
+def model_step(spec: str, seq_len: int, *, layers: int = 2, vocab_size: int = 1024, batch: int = 1,
+               device: str = "cpu", dtype: str = "fp32") -> Callable[[], None]:
+    """:func:`mlm_training_step` of :func:`build_mlm_model`."""
     torch.manual_seed(0)
-    model = build_mlm_model(spec, seq_len, layers, vocab_size).to(dev).train()
-    seconds, peak = _time_and_peak(mlm_training_step(model, batch, seq_len, dtype), dev, repeats)
-    return Measurement(spec, seq_len, "train step", seconds, peak, os.getpid())
+    model = build_mlm_model(spec, seq_len, layers, vocab_size).to(device).train()
+    return mlm_training_step(model, batch, seq_len, dtype)
 
 
-def measure_in_subprocess(kind: str, **request: Any) -> Measurement:
-    """:func:`measure_attention` (``kind="attention"``) or :func:`measure_model_step`
-    (``kind="model"``) in a fresh interpreter, so that peak memory is not shared between runs."""
-    done = subprocess.run(
-        [sys.executable, "-m", "hf_efficient_attn.benchmark", "--worker", json.dumps({"kind": kind, **request})],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"{kind} benchmark of {request.get('spec')} at n={request.get('seq_len')} failed:\n"
-                           f"{done.stderr[-2000:]}")
-    return Measurement(**json.loads(done.stdout.strip().splitlines()[-1]))
+# ----------------------------------------------------------------------------- how it is measured
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def median_seconds(step: Callable[[], None], device: torch.device, repeats: int) -> float:
+    """Median wall time of ``repeats`` calls of ``step`` after one warm-up call."""
+    step()
+    times = []
+    for _ in range(repeats):
+        _sync(device)
+        start = time.perf_counter()
+        step()
+        _sync(device)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def _resident_mb() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def _peak_resident_mb() -> float:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmHWM")) / 1024
+
+
+def return_freed_memory_to_the_os() -> None:
+    """Fix glibc's mmap threshold at its initial 128 KiB, before the process allocates tensors:
+    freed tensors of 128 KiB or more then leave the resident set at once (by default the threshold
+    grows and the heap keeps them), so that the resident set follows the live tensors, as CUDA's
+    allocated-memory counters do. It slows allocation, so time is measured in another process."""
+    try:
+        ctypes.CDLL("libc.so.6").mallopt(-3, 128 * 1024)  # M_MMAP_THRESHOLD
+    except (OSError, AttributeError):
+        print("not glibc: CPU peak memory includes memory kept by the allocator", file=sys.stderr)
+
+
+def call_peak_mb(step: Callable[[], None], device: torch.device) -> float:
+    """Memory one steady-state call of ``step`` (after a warm-up call) needs beyond what is live
+    before it (inputs, weights, optimizer state, accumulated gradients): on CUDA the rise of
+    ``max_memory_allocated``; on CPU the rise of the resident set's high-water mark (reset through
+    /proc/self/clear_refs) over the resident size before the call."""
+    step()
+    _sync(device)
+    if device.type == "cuda":
+        before = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        step()
+        _sync(device)
+        return (torch.cuda.max_memory_allocated() - before) / 2**20
+    before = _resident_mb()
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # reset the high-water mark to the current resident size
+    step()
+    return max(_peak_resident_mb() - before, 0.0)
+
+
+def _worker(request: dict[str, Any]) -> float:
+    """Seconds (``request["measure"] == "time"``) or peak MB (``"memory"``) of the step asked for."""
+    request = dict(request)
+    what, kind, repeats = request.pop("measure"), request.pop("kind"), request.pop("repeats")
+    if what == "memory" and request["device"] == "cpu":
+        return_freed_memory_to_the_os()
+    step = (model_step if kind == "model" else attention_step)(**request)
+    device = torch.device(request["device"])
+    return median_seconds(step, device, repeats) if what == "time" else call_peak_mb(step, device)
+
+
+def measure_in_subprocesses(kind: str, repeats: int = 3, **request: Any) -> Measurement:
+    """Time and peak memory of one step (``kind`` "attention": :func:`attention_step`, "model":
+    :func:`model_step`), each in a fresh interpreter, so that no measurement shares memory,
+    caches or compiled kernels with another."""
+    results, pids = {}, []
+    for what in ("time", "memory"):
+        job = json.dumps({"kind": kind, "measure": what, "repeats": repeats, **request})
+        done = subprocess.run([sys.executable, "-m", "hf_efficient_attn.benchmark", "--worker", job],
+                              capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            raise RuntimeError(f"{kind} benchmark ({what}) of {request['spec']} at n={request['seq_len']} failed:\n"
+                               f"{done.stderr[-2000:]}")
+        answer = json.loads(done.stdout.strip().splitlines()[-1])
+        results[what] = answer["value"]
+        pids.append(answer["pid"])
+    mode = "train step" if kind == "model" else ("forward+backward" if request["backward"] else "forward")
+    return Measurement(request["spec"], request["seq_len"], mode, results["time"], results["memory"], pids)
+
+
+# ----------------------------------------------------------------------------- tables and plots
 
 
 def attention_table(measurements: list[Measurement]) -> list[dict[str, Any]]:
@@ -315,7 +346,7 @@ def _measure_all(jobs: list[dict[str, Any]]) -> list[Measurement]:
     for job in progress:
         progress.set_postfix_str(f"{job['spec']} n={job['seq_len']}")
         try:
-            result = measure_in_subprocess(**job)
+            result = measure_in_subprocesses(**job)
         except RuntimeError as error:
             tqdm.write(f"skipped: {error}", file=sys.stderr)
             continue
@@ -420,9 +451,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     if args.worker:
-        request = json.loads(args.worker)
-        measure = measure_model_step if request.pop("kind") == "model" else measure_attention
-        print(json.dumps(asdict(measure(**request))))
+        print(json.dumps({"value": _worker(json.loads(args.worker)), "pid": os.getpid()}))
         return
     run(args)
 

@@ -3,6 +3,8 @@ tables it derives from measurements."""
 
 import csv
 import json
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -64,8 +66,30 @@ def test_the_model_step_trains_the_model_with_the_chosen_attention(spec):
     assert len(calls) == (0 if spec == "sdpa" else 1)
 
 
+def test_call_peak_is_the_memory_a_call_needs_on_top_of_what_is_live():
+    """In a fresh process (as the benchmark's workers): a step that holds 64 MiB of tensors at
+    once (16 of 4 MiB) on top of 256 MiB kept alive peaks at 64 MiB, also after 256 MiB of 4 MiB
+    tensors were freed before it (which glibc's heap would otherwise keep and hand out again)."""
+    code = """
+import json, torch
+from hf_efficient_attn import benchmark
+benchmark.return_freed_memory_to_the_os()
+kept = torch.ones(4 * 2**20)  # 16 MiB: once freed, glibc would raise its mmap threshold to this
+del kept
+kept = torch.ones(64 * 2**20)
+garbage = [torch.ones(2**20) for _ in range(64)]
+pin = torch.ones(2**20)  # above the garbage in the heap, so that freeing it does not shrink the heap
+del garbage
+def step():
+    held = [torch.ones(2**20) for _ in range(16)]
+print(json.dumps(benchmark.call_peak_mb(step, torch.device("cpu"))))
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert 62 <= json.loads(done.stdout.strip().splitlines()[-1]) <= 70
+
+
 def fake(method, n, seconds, peak, mode="train step"):
-    return Measurement(method, n, mode, seconds, peak, pid=0)
+    return Measurement(method, n, mode, seconds, peak, pids=[0, 0])
 
 
 def test_model_step_table_ratios():
@@ -97,8 +121,8 @@ def test_model_benchmark_command_line_end_to_end(tmp_path):
     measurements = [Measurement(**m) for m in json.loads((tmp_path / "model_step.json").read_text())]
     specs = ["sdpa", "vmean", "mra2", "mra2:backend=gather,block_per_row=2"]
     assert sorted((m.method, m.seq_len) for m in measurements) == sorted((s, n) for s in specs for n in (64, 128))
-    pids = {m.pid for m in measurements}
-    assert len(pids) == len(measurements) and benchmark.os.getpid() not in pids
+    pids = {pid for m in measurements for pid in m.pids}  # time and memory: two processes each
+    assert len(pids) == 2 * len(measurements) and benchmark.os.getpid() not in pids
     with open(tmp_path / "model_step.csv") as f:
         rows = list(csv.DictReader(f))
     by_key = {(m.method, m.seq_len): m for m in measurements}

@@ -244,6 +244,33 @@ def test_half_precision_forward_and_backward_match_fp32(name, dtype, tol):
         torch.testing.assert_close(low.float(), full, atol=tol, rtol=tol)
 
 
+@pytest.mark.parametrize("slice_elements", [1, 2**20])
+def test_low_resolution_function_and_its_backward_match_autograd_through_the_formula(slice_elements, monkeypatch):
+    """The low-resolution part (recomputed in the backward, a few heads at a time) against autograd
+    through the plain formula: softmax over the kept blocks of q~ k~^T * scaling + log c."""
+    monkeypatch.setattr(mra, "LOW_RESOLUTION_SLICE_ELEMENTS", slice_elements)
+    batch, heads, nb, dim, scaling = 2, 3, 5, 4, 0.5
+    means = [torch.randn(batch, heads, nb, dim, dtype=torch.float64, requires_grad=True) for _ in range(3)]
+    counts = torch.tensor([[32, 32, 32, 32, 32], [32, 32, 7, 0, 0]])
+    log_counts = counts.double().log()[:, None, None, :]
+    dropped = (torch.rand(batch, heads, nb, nb) < 0.4) | (counts == 0)[:, None, None, :]
+    dropped[0, 1, 2] = True  # a query block with no low-resolution block
+    grad_out, grad_lse = torch.randn(batch, heads, nb, dim, dtype=torch.float64), torch.randn(batch, heads, nb,
+                                                                                             dtype=torch.float64)
+    logits = (means[0] @ means[1].transpose(-1, -2) * scaling).detach()
+    out, lse = mra.LowResolutionAttention.apply(*means, logits, log_counts, dropped, scaling)
+    ours = [out, lse, *torch.autograd.grad((out * grad_out).sum() + (lse * grad_lse).sum(), means)]
+
+    scores = (means[0] @ means[1].transpose(-1, -2) * scaling + log_counts).masked_fill(dropped, -math.inf)
+    empty = dropped.all(-1, keepdim=True)
+    probs = scores.masked_fill(empty, 0.0).softmax(-1).masked_fill(empty, 0.0)
+    ref_out, ref_lse = probs @ means[2], scores.logsumexp(-1)
+    loss = (ref_out * grad_out).sum() + (ref_lse.masked_fill(empty[..., 0], 0.0) * grad_lse).sum()
+    expected = [ref_out, ref_lse, *torch.autograd.grad(loss, means)]
+    for a, b in zip(ours, expected):
+        torch.testing.assert_close(a, b, atol=1e-12, rtol=1e-10)
+
+
 # ----------------------------------------------------------------------------- block-sparse function
 
 

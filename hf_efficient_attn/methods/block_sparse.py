@@ -156,7 +156,7 @@ class BlockSparseAttention(torch.autograd.Function):
         q, k, v, key_padding, extra_value, extra_score, out, lse = ctx.saved_tensors
         plan, scaling, shape = ctx.plan, ctx.scaling, ctx.shape
         grad_out = grad_out.reshape(q.shape)
-        delta = (grad_out * out).sum(-1)  # rowsum(dO * O)
+        delta = torch.einsum("rbd,rbd->rb", grad_out, out)  # rowsum(dO * O), without a (R, b, d) temporary
         # Allocated in the input's shape and returned as is: a plain tensor (not a view) lets autograd
         # add the block means' gradient into it in place.
         grads = q.new_empty(shape), q.new_zeros(shape), q.new_zeros(shape)
@@ -176,8 +176,8 @@ class BlockSparseAttention(torch.autograd.Function):
         # The extra key of row i has probability p_i = exp(score - lse_i) (0 in rows without any key):
         # d value = sum_i p_i dO_i, d score = sum_i p_i (dO_i . value - rowsum(dO_i * O_i)).
         extra_prob = torch.exp(extra_score[:, None] - lse).masked_fill_(lse == -math.inf, 0.0)
-        grad_extra_value = torch.bmm(extra_prob[:, None, :], grad_out).squeeze(1)
-        value_dot = torch.bmm(grad_out, extra_value[:, :, None]).squeeze(-1)
+        grad_extra_value = torch.einsum("rb,rbd->rd", extra_prob, grad_out)
+        value_dot = torch.einsum("rbd,rd->rb", grad_out, extra_value)
         grad_extra_score = (extra_prob * (value_dot - delta)).sum(-1)
         return *grads, None, grad_extra_value, grad_extra_score, None, None
 

@@ -83,6 +83,7 @@ from typing import Callable, NamedTuple
 
 import torch
 import torch.nn.functional as F
+from torch.autograd.function import once_differentiable
 from torch.nn.attention.flex_attention import BlockMask, flex_attention
 
 from ..registry import register_method
@@ -103,6 +104,9 @@ FLEX_RECOMPILE_LIMIT = 64
 #: Devices and dtypes on which ``backend="auto"`` uses flex (verified: CPU, torch 2.13).
 FLEX_AUTO_DEVICES = ("cpu",)
 FLEX_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+#: Elements of the (nb x nb) low-resolution tensors recomputed at once in the backward (4 MiB in
+#: fp32): slices of whole heads, so that long inputs do not keep them for every head at once.
+LOW_RESOLUTION_SLICE_ELEMENTS = 2**20
 
 
 @dataclass
@@ -131,8 +135,10 @@ class BlockStats(NamedTuple):
     """Low-resolution view of one padded input (eqs. 10-12 and 17)."""
 
     counts: torch.Tensor  # (B, nb) number of real tokens per block
-    logits: torch.Tensor  # (B, H, nb, nb) log mu = mean(Q block) . mean(K block) * scaling
-    value_means: torch.Tensor  # (B, H, nb, D) mean of the real values of each block
+    query_means: torch.Tensor  # (B, H, nb, D) mean of the real queries of each block
+    key_means: torch.Tensor  # (B, H, nb, D)
+    value_means: torch.Tensor  # (B, H, nb, D)
+    logits: torch.Tensor  # (B, H, nb, nb) log mu = query mean . key mean * scaling, no gradient
 
 
 def block_stats(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, real: torch.Tensor, scaling: float) -> BlockStats:
@@ -141,7 +147,9 @@ def block_stats(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, real: torch.T
     counts = real.view(real.shape[0], -1, q.shape[3]).sum(-1)
     inv_count = 1.0 / counts.clamp(min=1).to(q.dtype)[:, None, :, None]
     q_mean, k_mean, v_mean = (t.sum(3) * inv_count for t in (q, k, v))
-    return BlockStats(counts, q_mean @ k_mean.transpose(-1, -2) * scaling, v_mean)
+    with torch.no_grad():
+        logits = q_mean @ k_mean.transpose(-1, -2) * scaling
+    return BlockStats(counts, q_mean, k_mean, v_mean, logits)
 
 
 @torch.no_grad()
@@ -185,22 +193,68 @@ def select_blocks(logits: torch.Tensor, counts: torch.Tensor, block_per_row: int
     return selected.view(batch, heads, nb, nb)
 
 
-def _low_resolution_logits(stats: BlockStats, selected: torch.Tensor) -> torch.Tensor:
-    """log(c_y mu_{x,y}) for the pairs kept at low resolution, -inf elsewhere (eq. 13)."""
-    log_counts = stats.counts.to(stats.logits.dtype).log()[:, None, None, :]  # -inf: no real key
-    return (stats.logits + log_counts).masked_fill(selected, -math.inf)
+class LowResolutionAttention(torch.autograd.Function):
+    """Alg. 2 at resolution b: per query block x, softmax over the key blocks y kept at low
+    resolution of the scores log(c_y mu_{x,y}) = q~_x . k~_y * scaling + log c_y (eqs. 13, 17),
+    applied to the value means v~_y. Returns (out, lse), (B, H, nb, D) and (B, H, nb); rows with
+    no such block give 0 and -inf. The backward recomputes the (nb x nb) probabilities from the
+    block means instead of keeping them (they are the largest tensors of MRA-2 at long lengths)."""
+
+    @staticmethod
+    def _probs(scores, dropped):
+        """Softmax probabilities and log-sum-exp of ``scores`` (consumed in place) without the
+        ``dropped`` pairs."""
+        scores.masked_fill_(dropped, -math.inf)
+        row_max = scores.amax(-1, keepdim=True)
+        row_max.masked_fill_(row_max == -math.inf, 0.0)
+        weights = scores.sub_(row_max).exp_()
+        total = weights.sum(-1, keepdim=True)
+        nonempty = total > 0
+        total = torch.where(nonempty, total, 1.0)
+        return weights.div_(total), torch.where(nonempty, row_max + total.log(), -math.inf).squeeze(-1)
+
+    @staticmethod
+    def forward(ctx, query_means, key_means, value_means, logits, log_counts, dropped, scaling: float):
+        probs, lse = LowResolutionAttention._probs(logits + log_counts, dropped)
+        out = probs @ value_means
+        ctx.save_for_backward(query_means, key_means, value_means, log_counts, dropped, out)
+        ctx.scaling = scaling
+        return out, lse
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_out, grad_lse):
+        query_means, key_means, value_means, log_counts, dropped, out = ctx.saved_tensors
+        batch, heads, nb, dim = query_means.shape
+        flat = [t.reshape(batch * heads, *t.shape[2:]) for t in (query_means, key_means, value_means, grad_out, out)]
+        dropped, grad_lse = dropped.reshape(batch * heads, nb, nb), grad_lse.reshape(batch * heads, nb)
+        log_counts = log_counts.expand(batch, heads, 1, nb).reshape(batch * heads, 1, nb)
+        grads = [torch.empty_like(t) for t in flat[:3]]
+        # A few (batch, head) slices at a time, so that the recomputed (nb x nb) tensors of a few
+        # slices only are alive (all of them would be the peak of MRA-2's backward at long lengths).
+        step = max(1, LOW_RESOLUTION_SLICE_ELEMENTS // nb**2)
+        for s in (slice(i, i + step) for i in range(0, batch * heads, step)):
+            mean_q, mean_k, mean_v, g_out, out_s = (t[s] for t in flat)
+            probs, _ = LowResolutionAttention._probs(
+                (mean_q @ mean_k.transpose(1, 2)).mul_(ctx.scaling).add_(log_counts[s]), dropped[s])
+            grads[2][s] = probs.transpose(1, 2) @ g_out
+            # out_x = sum_y p_xy v_y and lse_x = log sum_y exp(s_xy):
+            # dL/ds_xy = p_xy (g_x . v_y - g_x . out_x + dL/dlse_x).
+            row_term = torch.einsum("sxd,sxd->sx", g_out, out_s).sub_(grad_lse[s])
+            d_scores = (g_out @ mean_v.transpose(1, 2)).sub_(row_term[..., None]).mul_(probs)
+            del probs
+            grads[0][s] = d_scores @ mean_k * ctx.scaling
+            grads[1][s] = d_scores.transpose(1, 2) @ mean_q * ctx.scaling
+        return *(g.view(batch, heads, nb, dim) for g in grads), None, None, None, None
 
 
-def low_resolution_attention(low_logits: torch.Tensor, value_means: torch.Tensor):
-    """Alg. 2 at resolution b: per query block, (out, lse) of the blocks kept at low resolution,
-    shapes (B, H, nb, D) and (B, H, nb); rows with no such block give 0 and -inf."""
-    row_max = low_logits.detach().amax(-1)
-    row_max = row_max.masked_fill(row_max == -math.inf, 0.0)
-    weights = torch.exp(low_logits - row_max.unsqueeze(-1))
-    total = weights.sum(-1)
-    nonempty = total > 0
-    total = torch.where(nonempty, total, 1.0)
-    return weights @ value_means / total.unsqueeze(-1), torch.where(nonempty, row_max + total.log(), -math.inf)
+def low_resolution_attention(stats: BlockStats, selected: torch.Tensor, scaling: float):
+    """(out, lse) of the low-resolution part of every query block (:class:`LowResolutionAttention`):
+    over the key blocks that hold a real token and are not ``selected``."""
+    log_counts = stats.counts.to(stats.logits.dtype).log()[:, None, None, :]
+    dropped = selected | (stats.counts == 0)[:, None, None, :]
+    return LowResolutionAttention.apply(stats.query_means, stats.key_means, stats.value_means, stats.logits,
+                                        log_counts, dropped, scaling)
 
 
 # ----------------------------------------------------------------------------- flex backend
@@ -315,13 +369,14 @@ class _MraBase(AttentionMethod):
                                  opts.initial_prior_first_n_blocks, opts.initial_prior_diagonal_n_blocks)
         low_out = low_lse = None
         if self.low_resolution:
-            low_out, low_lse = low_resolution_attention(_low_resolution_logits(stats, selected), stats.value_means)
+            low_out, low_lse = low_resolution_attention(stats, selected, scaling)
         if use_flex:
             q, k, v = (t.flatten(2, 3) for t in (q, k, v))
             out = flex_mra_attention(q, k, v, real, selected, bs, scaling, low_out, low_lse)
         else:
             out = block_sparse_attention(q, k, v, selected, scaling, real, low_out, low_lse).flatten(2, 3)
-        return out[:, :, :length]
+        # Slice only what was padded: a slice's backward allocates and fills a full-size gradient.
+        return out if out.shape[2] == length else out[:, :, :length]
 
 
 @register_method
