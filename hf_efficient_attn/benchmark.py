@@ -211,21 +211,23 @@ def call_peak_mb(step: Callable[[], None], device: torch.device) -> float:
 def _worker(request: dict[str, Any]) -> float:
     """Seconds (``request["measure"] == "time"``) or peak MB (``"memory"``) of the step asked for."""
     request = dict(request)
-    what, kind, repeats = request.pop("measure"), request.pop("kind"), request.pop("repeats")
+    what, kind, repeats, threads = (request.pop(key) for key in ("measure", "kind", "repeats", "threads"))
     if what == "memory" and request["device"] == "cpu":
         return_freed_memory_to_the_os()
+    if threads:
+        torch.set_num_threads(threads)
     step = (model_step if kind == "model" else attention_step)(**request)
     device = torch.device(request["device"])
     return median_seconds(step, device, repeats) if what == "time" else call_peak_mb(step, device)
 
 
-def measure_in_subprocesses(kind: str, repeats: int = 3, **request: Any) -> Measurement:
+def measure_in_subprocesses(kind: str, repeats: int = 3, threads: int | None = None, **request: Any) -> Measurement:
     """Time and peak memory of one step (``kind`` "attention": :func:`attention_step`, "model":
     :func:`model_step`), each in a fresh interpreter, so that no measurement shares memory,
     caches or compiled kernels with another."""
     results, pids = {}, []
     for what in ("time", "memory"):
-        job = json.dumps({"kind": kind, "measure": what, "repeats": repeats, **request})
+        job = json.dumps({"kind": kind, "measure": what, "repeats": repeats, "threads": threads, **request})
         done = subprocess.run([sys.executable, "-m", "hf_efficient_attn.benchmark", "--worker", job],
                               capture_output=True, text=True, check=False)
         if done.returncode != 0:
@@ -357,13 +359,13 @@ def _measure_all(jobs: list[dict[str, Any]]) -> list[Measurement]:
 
 
 def _setting(args: argparse.Namespace) -> str:
-    threads = f", {torch.get_num_threads()} CPU threads" if args.device == "cpu" else ""
+    threads = f", {args.threads or torch.get_num_threads()} CPU threads" if args.device == "cpu" else ""
     return f"{args.device}{threads}, {args.dtype}, torch {torch.__version__}"
 
 
 def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     """Run the benchmark that ``args`` asks for; write and return its table."""
-    common = dict(batch=args.batch, device=args.device, dtype=args.dtype, repeats=args.repeats)
+    common = dict(batch=args.batch, device=args.device, dtype=args.dtype, repeats=args.repeats, threads=args.threads)
     out = Path(args.out_dir)
     if args.model:
         specs = [MODEL_REFERENCE, MODEL_FLOOR] + [s for s in args.methods if s not in (MODEL_REFERENCE, MODEL_FLOOR)]
@@ -413,6 +415,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", default="fp32", choices=list(DTYPES),
                    help="attention: the dtype of q, k, v; --model: autocast dtype (fp32 = none)")
     p.add_argument("--repeats", type=int, default=3, help="timed calls after one warm-up; the median is reported")
+    p.add_argument("--threads", type=int, help="CPU threads of each measuring process (default: torch's default)")
     p.add_argument("--forward-only", action="store_true", help="attention benchmark only")
     p.add_argument("--out-dir", default="outputs/benchmark")
     p.add_argument("--worker", help=argparse.SUPPRESS)
@@ -429,8 +432,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error("--forward-only applies to the attention benchmark, not to --model (a training step)")
     if args.device == "cuda" and not torch.cuda.is_available():
         p.error("--device cuda: no CUDA device is available")
-    for name in ("batch", "heads", "head_dim", "layers", "vocab_size", "repeats"):
-        if getattr(args, name) < 1:
+    for name in ("batch", "heads", "head_dim", "layers", "vocab_size", "repeats", "threads"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be a positive integer, got {getattr(args, name)}")
     if args.seq_lens is None:
         args.seq_lens = [1024, 2048, 4096, 8192, 16384] if args.model else [512, 1024, 2048, 4096]

@@ -30,6 +30,7 @@ def test_parse_method_spec():
     (["--dtype", "fp8"], "fp32"),
     (["--layers", "0"], "--layers"),
     (["--seq-lens", "0"], "--seq-lens"),
+    (["--threads", "0"], "--threads"),
 ])
 def test_bad_command_lines_are_argparse_errors(argv, match, capsys):
     with pytest.raises(SystemExit):
