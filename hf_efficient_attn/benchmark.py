@@ -1,70 +1,94 @@
-"""Time and peak memory of each method against SDPA, versus sequence length.
+"""Speed and peak memory against SDPA, versus sequence length; every measurement in a fresh process.
 
-Every (method, length, mode) runs in a fresh process so that its peak memory is its own:
-on CUDA ``torch.cuda.max_memory_allocated``; on CPU the rise of the process's peak
-resident set (``ru_maxrss``) over the resident size before the first attention call.
+Two benchmarks, each a table (markdown + csv), the raw measurements (json) and a plot (png) in
+``--out-dir``:
+
+- attention (default): one call of every method on random q, k, v (batch 1, 12 heads,
+  head_dim 64), forward and forward+backward, against exact attention through SDPA (method
+  ``softmax``); writes ``attention.{md,csv,json,png}``.
+- ``--model``: one training step (MLM forward, backward, AdamW step) of a roberta-base-width
+  encoder (hidden 768, 12 heads, FFN 3072; ``--layers``, ``--vocab-size``) with Transformers'
+  own SDPA attention ("sdpa") and with each method patched in; ``vmean`` (the mean of V,
+  attention almost free) is the floor set by the rest of the model. Writes
+  ``model_step.{md,csv,json,png}``.
+
+A method is given as ``NAME`` or ``NAME:OPTION=VALUE,...`` (e.g. ``mra2:backend=flex``).
+Time is the median of ``--repeats`` calls after one warm-up call (which also compiles compiled
+kernels and allocates the optimizer state). Peak memory is what one more call needs beyond the
+memory live before it (inputs, weights, optimizer state, accumulated gradients): on CUDA the rise
+of ``max_memory_allocated``; on CPU the rise of the resident set's high-water mark over the
+resident size before the call, with glibc's mmap threshold fixed at 128 KiB for that call so that
+freed tensors leave the resident set (otherwise the peak measures what the allocator keeps).
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import ctypes
 import json
 import os
-import resource
 import statistics
 import subprocess
 import sys
+import textwrap
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
+from tqdm.auto import tqdm
 
 from .methods.base import AttentionShape
-from .registry import build_method, list_methods
+from .registry import build_method, list_methods, resolve_options
 
-REFERENCE = "softmax"  # exact attention through SDPA
+ATTENTION_REFERENCE = "softmax"  # exact attention through SDPA, behind the method contract
+MODEL_REFERENCE = "sdpa"  # Transformers' own SDPA attention
+MODEL_FLOOR = "vmean"
+DEFAULT_MODEL_METHODS = ["mra2", "mra2_s"]
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+#: The encoder of ``--model``: roberta-base's width.
+ROBERTA_BASE_WIDTH = dict(hidden_size=768, num_attention_heads=12, intermediate_size=3072)
 
 
 @dataclass
 class Measurement:
-    method: str
+    method: str  # the method spec, e.g. "mra2" or "mra2:backend=flex"
     seq_len: int
-    mode: str  # "forward" or "forward+backward"
+    mode: str  # "forward", "forward+backward" or "train step"
     seconds: float
     peak_mb: float
+    pids: list[int]  # the fresh processes that measured the time and the memory
 
 
-def _resident_mb() -> float:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+def parse_method_spec(spec: str) -> tuple[str, dict[str, Any]]:
+    """``"mra2:backend=flex,block_per_row=8"`` -> ``("mra2", {"backend": "flex", "block_per_row": 8})``;
+    values are read as JSON when they parse (numbers, true/false), else as strings."""
+    name, _, option_text = spec.partition(":")
+    options: dict[str, Any] = {}
+    for item in filter(None, option_text.split(",")):
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ValueError(f"method spec {spec!r}: options must be NAME=VALUE, got {item!r}")
+        try:
+            options[key] = json.loads(value)
+        except json.JSONDecodeError:
+            options[key] = value
+    return name, options
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize()
+# ----------------------------------------------------------------------------- what is measured
 
 
-def measure(
-    method: str,
-    seq_len: int,
-    backward: bool,
-    *,
-    batch: int = 1,
-    heads: int = 12,
-    head_dim: int = 64,
-    device: str = "cpu",
-    dtype: torch.dtype = torch.float32,
-    repeats: int = 3,
-    options: dict[str, Any] | None = None,
-) -> Measurement:
-    """Median wall time of ``repeats`` calls after one warm-up call, and the peak memory."""
-    dev = torch.device(device)
-    module = build_method(method, options, AttentionShape(heads, head_dim, max(seq_len, 4096))).to(dev, dtype)
+def attention_step(spec: str, seq_len: int, backward: bool, *, batch: int = 1, heads: int = 12, head_dim: int = 64,
+                   device: str = "cpu", dtype: str = "fp32") -> Callable[[], None]:
+    """One attention call of method ``spec`` on random q, k, v (B, H, N, D), with backward if asked."""
+    dev, torch_dtype = torch.device(device), DTYPES[dtype]
+    name, options = parse_method_spec(spec)
+    module = build_method(name, options, AttentionShape(heads, head_dim, max(seq_len, 4096))).to(dev, torch_dtype)
     module.train(backward)
-    q, k, v = (torch.randn(batch, heads, seq_len, head_dim, device=dev, dtype=dtype) for _ in range(3))
+    q, k, v = (torch.randn(batch, heads, seq_len, head_dim, device=dev, dtype=torch_dtype) for _ in range(3))
     for t in (q, k, v):
         t.requires_grad_(backward)
 
@@ -73,42 +97,153 @@ def measure(
             out = module(q, k, v, None, head_dim**-0.5)
             if backward:
                 out.sum().backward()
-        _sync(dev)
 
-    if dev.type == "cuda":
-        torch.cuda.reset_peak_memory_stats()
-        baseline = torch.cuda.memory_allocated() / 2**20
-    else:
-        baseline = _resident_mb()
-    step()  # warm-up (and compilation, for compiled kernels)
+    return step
+
+
+def build_mlm_model(spec: str, seq_len: int, layers: int = 2, vocab_size: int = 1024) -> torch.nn.Module:
+    """A randomly initialised roberta-base-width ``RobertaForMaskedLM`` for ``seq_len`` tokens with
+    attention ``spec`` (``"sdpa"``: Transformers' own) and attention dropout 0 (the
+    approximations apply none)."""
+    import transformers
+
+    from .bridge import patch_model
+
+    config = transformers.RobertaConfig(
+        vocab_size=vocab_size, num_hidden_layers=layers, max_position_embeddings=seq_len + 2,
+        attention_probs_dropout_prob=0.0, **ROBERTA_BASE_WIDTH,
+    )
+    if spec == MODEL_REFERENCE:
+        return transformers.AutoModelForMaskedLM.from_config(config, attn_implementation="sdpa")
+    name, options = parse_method_spec(spec)
+    return patch_model(transformers.AutoModelForMaskedLM.from_config(config), name, options)
+
+
+def mlm_training_step(model: torch.nn.Module, batch: int, seq_len: int, dtype: str = "fp32") -> Callable[[], None]:
+    """A closure doing one MLM training step of ``model`` (forward, backward, AdamW step, zero_grad)
+    on fixed random tokens, 15% of them masked; bf16/fp16 through autocast, as Trainer's ``--bf16``."""
+    device = next(model.parameters()).device
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
+    input_ids = torch.randint(3, model.config.vocab_size, (batch, seq_len), device=device)
+    labels = torch.where(torch.rand(batch, seq_len, device=device) < 0.15, input_ids, -100)
+    amp_dtype = DTYPES[dtype]
+
+    def step() -> None:
+        with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype != torch.float32):
+            loss = model(input_ids=input_ids, labels=labels).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    return step
+
+
+def model_step(spec: str, seq_len: int, *, layers: int = 2, vocab_size: int = 1024, batch: int = 1,
+               device: str = "cpu", dtype: str = "fp32") -> Callable[[], None]:
+    """:func:`mlm_training_step` of :func:`build_mlm_model`."""
+    torch.manual_seed(0)
+    model = build_mlm_model(spec, seq_len, layers, vocab_size).to(device).train()
+    return mlm_training_step(model, batch, seq_len, dtype)
+
+
+# ----------------------------------------------------------------------------- how it is measured
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def median_seconds(step: Callable[[], None], device: torch.device, repeats: int) -> float:
+    """Median wall time of ``repeats`` calls of ``step`` after one warm-up call."""
+    step()
     times = []
     for _ in range(repeats):
+        _sync(device)
         start = time.perf_counter()
         step()
+        _sync(device)
         times.append(time.perf_counter() - start)
-    if dev.type == "cuda":
-        peak = torch.cuda.max_memory_allocated() / 2**20 - baseline
-    else:
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 - baseline
-    mode = "forward+backward" if backward else "forward"
-    return Measurement(method, seq_len, mode, statistics.median(times), max(peak, 0.0))
+    return statistics.median(times)
 
 
-def measure_in_subprocess(method: str, seq_len: int, backward: bool, **kwargs: Any) -> Measurement:
-    """:func:`measure` in a fresh interpreter, so that peak memory is not shared between runs."""
-    request = json.dumps({"method": method, "seq_len": seq_len, "backward": backward, **kwargs})
-    done = subprocess.run(
-        [sys.executable, "-m", "hf_efficient_attn.benchmark", "--worker", request],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"benchmark of {method} at n={seq_len} failed:\n{done.stderr[-2000:]}")
-    return Measurement(**json.loads(done.stdout.strip().splitlines()[-1]))
+def _resident_mb() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
-def ratio_table(measurements: list[Measurement]) -> list[dict[str, Any]]:
+def _peak_resident_mb() -> float:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmHWM")) / 1024
+
+
+def return_freed_memory_to_the_os() -> None:
+    """Fix glibc's mmap threshold at its initial 128 KiB, before the process allocates tensors:
+    freed tensors of 128 KiB or more then leave the resident set at once (by default the threshold
+    grows and the heap keeps them), so that the resident set follows the live tensors, as CUDA's
+    allocated-memory counters do. It slows allocation, so time is measured in another process."""
+    try:
+        ctypes.CDLL("libc.so.6").mallopt(-3, 128 * 1024)  # M_MMAP_THRESHOLD
+    except (OSError, AttributeError):
+        print("not glibc: CPU peak memory includes memory kept by the allocator", file=sys.stderr)
+
+
+def call_peak_mb(step: Callable[[], None], device: torch.device) -> float:
+    """Memory one steady-state call of ``step`` (after a warm-up call) needs beyond what is live
+    before it (inputs, weights, optimizer state, accumulated gradients): on CUDA the rise of
+    ``max_memory_allocated``; on CPU the rise of the resident set's high-water mark (reset through
+    /proc/self/clear_refs) over the resident size before the call."""
+    step()
+    _sync(device)
+    if device.type == "cuda":
+        before = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        step()
+        _sync(device)
+        return (torch.cuda.max_memory_allocated() - before) / 2**20
+    before = _resident_mb()
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # reset the high-water mark to the current resident size
+    step()
+    return max(_peak_resident_mb() - before, 0.0)
+
+
+def _worker(request: dict[str, Any]) -> float:
+    """Seconds (``request["measure"] == "time"``) or peak MB (``"memory"``) of the step asked for."""
+    request = dict(request)
+    what, kind, repeats, threads = (request.pop(key) for key in ("measure", "kind", "repeats", "threads"))
+    if what == "memory" and request["device"] == "cpu":
+        return_freed_memory_to_the_os()
+    if threads:
+        torch.set_num_threads(threads)
+    step = (model_step if kind == "model" else attention_step)(**request)
+    device = torch.device(request["device"])
+    return median_seconds(step, device, repeats) if what == "time" else call_peak_mb(step, device)
+
+
+def measure_in_subprocesses(kind: str, repeats: int = 3, threads: int | None = None, **request: Any) -> Measurement:
+    """Time and peak memory of one step (``kind`` "attention": :func:`attention_step`, "model":
+    :func:`model_step`), each in a fresh interpreter, so that no measurement shares memory,
+    caches or compiled kernels with another."""
+    results, pids = {}, []
+    for what in ("time", "memory"):
+        job = json.dumps({"kind": kind, "measure": what, "repeats": repeats, "threads": threads, **request})
+        done = subprocess.run([sys.executable, "-m", "hf_efficient_attn.benchmark", "--worker", job],
+                              capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            raise RuntimeError(f"{kind} benchmark ({what}) of {request['spec']} at n={request['seq_len']} failed:\n"
+                               f"{done.stderr[-2000:]}")
+        answer = json.loads(done.stdout.strip().splitlines()[-1])
+        results[what] = answer["value"]
+        pids.append(answer["pid"])
+    mode = "train step" if kind == "model" else ("forward+backward" if request["backward"] else "forward")
+    return Measurement(request["spec"], request["seq_len"], mode, results["time"], results["memory"], pids)
+
+
+# ----------------------------------------------------------------------------- tables and plots
+
+
+def attention_table(measurements: list[Measurement]) -> list[dict[str, Any]]:
     """One row per (method, n): times and memory, with ratios to SDPA (>1 = faster / smaller)."""
     by_key = {(m.method, m.seq_len, m.mode): m for m in measurements}
     rows = []
@@ -116,7 +251,7 @@ def ratio_table(measurements: list[Measurement]) -> list[dict[str, Any]]:
         for seq_len in sorted({m.seq_len for m in measurements if m.method == method}):
             row: dict[str, Any] = {"method": method, "n": seq_len}
             for mode, tag in (("forward", "fwd"), ("forward+backward", "fwdbwd")):
-                mine, ref = by_key.get((method, seq_len, mode)), by_key.get((REFERENCE, seq_len, mode))
+                mine, ref = by_key.get((method, seq_len, mode)), by_key.get((ATTENTION_REFERENCE, seq_len, mode))
                 if mine is None:
                     continue
                 row[f"{tag}_ms"] = round(mine.seconds * 1000, 1)
@@ -128,6 +263,30 @@ def ratio_table(measurements: list[Measurement]) -> list[dict[str, Any]]:
     return rows
 
 
+def model_step_table(measurements: list[Measurement], batch: int = 1) -> list[dict[str, Any]]:
+    """One row per (n, method): step time, tokens/s, speed-up over SDPA (>1 = faster), time over
+    the vmean floor (+10% = 1.1x the floor's time) and peak memory relative to SDPA's (<1 = smaller)."""
+    by_key = {(m.method, m.seq_len): m for m in measurements}
+    rows = []
+    for seq_len in sorted({m.seq_len for m in measurements}):
+        ref, floor = by_key.get((MODEL_REFERENCE, seq_len)), by_key.get((MODEL_FLOOR, seq_len))
+        for method in dict.fromkeys(m.method for m in measurements):
+            mine = by_key.get((method, seq_len))
+            if mine is None:
+                continue
+            row: dict[str, Any] = {"n": seq_len, "method": method, "step_s": round(mine.seconds, 3),
+                                   "tokens_per_s": round(batch * seq_len / mine.seconds)}
+            if ref is not None:
+                row["speedup_vs_sdpa"] = round(ref.seconds / mine.seconds, 2)
+            if floor is not None:
+                row["time_over_vmean_floor"] = f"{(mine.seconds / floor.seconds - 1) * 100:+.0f}%"
+            row["peak_mb"] = round(mine.peak_mb)
+            if ref is not None:
+                row["peak_vs_sdpa"] = round(mine.peak_mb / max(ref.peak_mb, 1e-3), 2)
+            rows.append(row)
+    return rows
+
+
 def markdown(rows: list[dict[str, Any]]) -> str:
     columns = list(dict.fromkeys(k for row in rows for k in row))
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
@@ -135,56 +294,167 @@ def markdown(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def run(args: argparse.Namespace) -> list[dict[str, Any]]:
-    methods = args.methods or list_methods()
-    methods = [REFERENCE] + [m for m in methods if m != REFERENCE]
-    kwargs = dict(batch=args.batch, heads=args.heads, head_dim=args.head_dim, device=args.device, repeats=args.repeats)
-    measurements = []
-    modes = [False] if args.forward_only else [False, True]
-    total = len(methods) * len(args.seq_lens) * len(modes)
-    for i, (method, seq_len, backward) in enumerate(
-        (m, n, b) for m in methods for n in args.seq_lens for b in modes
-    ):
-        try:
-            result = measure_in_subprocess(method, seq_len, backward, **kwargs)
-        except RuntimeError as error:
-            print(f"[{i + 1}/{total}] skipped: {error}", file=sys.stderr)
-            continue
-        measurements.append(result)
-        print(f"[{i + 1}/{total}] {method:14s} n={seq_len:5d} {result.mode:17s} "
-              f"{result.seconds * 1000:9.1f} ms {result.peak_mb:8.1f} MB", flush=True)
-    rows = ratio_table(measurements)
-    out = Path(args.out_dir)
+def plot(measurements: list[Measurement], path: Path, title: str) -> None:
+    """Time (or tokens/s, for training steps) and peak memory versus n, one line per method and mode."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print(f"no plot written: matplotlib is not installed (pip install matplotlib) -> {path}", file=sys.stderr)
+        return
+    fig, (speed_ax, memory_ax) = plt.subplots(1, 2, figsize=(12, 4.5))
+    for method, mode in dict.fromkeys((m.method, m.mode) for m in measurements):
+        points = sorted((m.seq_len, m) for m in measurements if (m.method, m.mode) == (method, mode))
+        ns = [n for n, _ in points]
+        label = method if mode == "train step" else f"{method} ({mode})"
+        if mode == "train step":
+            speed_ax.plot(ns, [n / m.seconds for n, m in points], marker="o", label=label)
+        else:
+            speed_ax.plot(ns, [m.seconds * 1000 for _, m in points], marker="o", label=label)
+        memory_ax.plot(ns, [m.peak_mb for _, m in points], marker="o", label=label)
+    training = any(m.mode == "train step" for m in measurements)
+    speed_ax.set_ylabel("tokens / s" if training else "ms per call")
+    memory_ax.set_ylabel("peak memory (MB)")
+    seq_lens = sorted({m.seq_len for m in measurements})
+    for ax in (speed_ax, memory_ax):
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xticks(seq_lens, [str(n) for n in seq_lens])
+        ax.set_xlabel("sequence length n")
+        ax.grid(True, which="both", alpha=0.3)
+    memory_ax.legend(fontsize=7)
+    fig.suptitle(textwrap.fill(title, 110), fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _write(rows: list[dict[str, Any]], measurements: list[Measurement], out: Path, stem: str, title: str) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    with open(out / "benchmark.csv", "w", newline="") as f:
+    with open(out / f"{stem}.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(dict.fromkeys(k for row in rows for k in row)))
         writer.writeheader()
         writer.writerows(rows)
-    (out / "benchmark.md").write_text(markdown(rows) + "\n")
-    (out / "measurements.json").write_text(json.dumps([asdict(m) for m in measurements], indent=1))
+    (out / f"{stem}.md").write_text(f"{title}\n\n{markdown(rows)}\n")
+    (out / f"{stem}.json").write_text(json.dumps([asdict(m) for m in measurements], indent=1))
+    plot(measurements, out / f"{stem}.png", title)
+
+
+def _measure_all(jobs: list[dict[str, Any]]) -> list[Measurement]:
+    measurements = []
+    progress = tqdm(jobs, desc="benchmark", unit="run")
+    for job in progress:
+        progress.set_postfix_str(f"{job['spec']} n={job['seq_len']}")
+        try:
+            result = measure_in_subprocesses(**job)
+        except RuntimeError as error:
+            tqdm.write(f"skipped: {error}", file=sys.stderr)
+            continue
+        measurements.append(result)
+        tqdm.write(f"{result.method:24s} n={result.seq_len:6d} {result.mode:17s} "
+                   f"{result.seconds * 1000:10.1f} ms {result.peak_mb:9.1f} MB")
+    return measurements
+
+
+def _setting(args: argparse.Namespace) -> str:
+    threads = f", {args.threads or torch.get_num_threads()} CPU threads" if args.device == "cpu" else ""
+    return f"{args.device}{threads}, {args.dtype}, torch {torch.__version__}"
+
+
+def run(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Run the benchmark that ``args`` asks for; write and return its table."""
+    common = dict(batch=args.batch, device=args.device, dtype=args.dtype, repeats=args.repeats, threads=args.threads)
+    out = Path(args.out_dir)
+    if args.model:
+        specs = [MODEL_REFERENCE, MODEL_FLOOR] + [s for s in args.methods if s not in (MODEL_REFERENCE, MODEL_FLOOR)]
+        jobs = [dict(kind="model", spec=s, seq_len=n, layers=args.layers, vocab_size=args.vocab_size, **common)
+                for n in args.seq_lens for s in specs]
+        measurements = _measure_all(jobs)
+        rows = model_step_table(measurements, args.batch)
+        title = (f"Training step (MLM forward + backward + AdamW) of a roberta-base-width encoder, {args.layers} "
+                 f"layer(s), vocabulary {args.vocab_size}, batch {args.batch}; {_setting(args)}")
+        _write(rows, measurements, out, "model_step", title)
+    else:
+        specs = [ATTENTION_REFERENCE] + [s for s in args.methods if s != ATTENTION_REFERENCE]
+        modes = [False] if args.forward_only else [False, True]
+        jobs = [dict(kind="attention", spec=s, seq_len=n, backward=b, heads=args.heads, head_dim=args.head_dim, **common)
+                for s in specs for n in args.seq_lens for b in modes]
+        measurements = _measure_all(jobs)
+        rows = attention_table(measurements)
+        title = (f"Attention call, batch {args.batch}, {args.heads} heads, head_dim {args.head_dim}; "
+                 f"{_setting(args)}")
+        _write(rows, measurements, out, "attention", title)
     print(markdown(rows))
     return rows
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--methods", nargs="+", help=f"default: all ({', '.join(list_methods())})")
-    p.add_argument("--seq-lens", nargs="+", type=int, default=[512, 1024, 2048, 4096])
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="examples:\n"
+               "  python scripts/benchmark.py --methods mra2 nystromformer --seq-lens 1024 4096\n"
+               "  python scripts/benchmark.py --model                    # mra2, mra2_s vs sdpa and vmean\n"
+               "  python scripts/benchmark.py --model --device cuda --dtype bf16 --methods mra2 mra2:backend=flex",
+    )
+    p.add_argument("--model", action="store_true", help="benchmark a whole-model training step instead of attention")
+    p.add_argument("--methods", nargs="+", metavar="NAME[:OPTION=VALUE,...]",
+                   help=f"methods to compare with SDPA; default: every method ({', '.join(list_methods())}), "
+                        f"with --model: {' '.join(DEFAULT_MODEL_METHODS)}")
+    p.add_argument("--seq-lens", nargs="+", type=int,
+                   help="default: 512 1024 2048 4096; with --model: 1024 2048 4096 8192 16384")
     p.add_argument("--batch", type=int, default=1)
-    p.add_argument("--heads", type=int, default=12)
-    p.add_argument("--head-dim", type=int, default=64)
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--forward-only", action="store_true")
+    p.add_argument("--heads", type=int, default=12, help="attention benchmark only")
+    p.add_argument("--head-dim", type=int, default=64, help="attention benchmark only")
+    p.add_argument("--layers", type=int, default=2, help="--model only: encoder layers")
+    p.add_argument("--vocab-size", type=int, default=1024,
+                   help="--model only: MLM vocabulary (small, so that the step measures the encoder; "
+                        "roberta-base's 50265 adds the same cost to every method)")
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", choices=["cpu", "cuda"])
+    p.add_argument("--dtype", default="fp32", choices=list(DTYPES),
+                   help="attention: the dtype of q, k, v; --model: autocast dtype (fp32 = none)")
+    p.add_argument("--repeats", type=int, default=3, help="timed calls after one warm-up; the median is reported")
+    p.add_argument("--threads", type=int, help="CPU threads of each measuring process (default: torch's default)")
+    p.add_argument("--forward-only", action="store_true", help="attention benchmark only")
     p.add_argument("--out-dir", default="outputs/benchmark")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     return p
 
 
-def main(argv: list[str] | None = None) -> None:
-    args = parser().parse_args(argv)
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """Parse and check the command line; bad values are argparse errors naming what is allowed."""
+    p = parser()
+    args = p.parse_args(argv)
     if args.worker:
-        print(json.dumps(asdict(measure(**json.loads(args.worker)))))
+        return args
+    if args.model and args.forward_only:
+        p.error("--forward-only applies to the attention benchmark, not to --model (a training step)")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        p.error("--device cuda: no CUDA device is available")
+    for name in ("batch", "heads", "head_dim", "layers", "vocab_size", "repeats", "threads"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
+            p.error(f"--{name.replace('_', '-')} must be a positive integer, got {getattr(args, name)}")
+    if args.seq_lens is None:
+        args.seq_lens = [1024, 2048, 4096, 8192, 16384] if args.model else [512, 1024, 2048, 4096]
+    if any(n < 1 for n in args.seq_lens):
+        p.error(f"--seq-lens must be positive integers, got {args.seq_lens}")
+    if args.methods is None:
+        args.methods = DEFAULT_MODEL_METHODS if args.model else list_methods()
+    for spec in args.methods:
+        if args.model and spec == MODEL_REFERENCE:
+            continue
+        try:
+            resolve_options(*parse_method_spec(spec))
+        except ValueError as error:
+            p.error(f"--methods {spec}: {error}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    if args.worker:
+        print(json.dumps({"value": _worker(json.loads(args.worker)), "pid": os.getpid()}))
         return
     run(args)
 

@@ -1,4 +1,5 @@
-"""Time and peak memory of every method against SDPA: ``python scripts/benchmark.py --help``."""
+"""Speed and peak memory against SDPA: one attention call, or with ``--model`` a whole training
+step, versus sequence length. ``python scripts/benchmark.py --help``."""
 
 from hf_efficient_attn.benchmark import main
 

@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from hf_efficient_attn.methods import mra
+from hf_efficient_attn.methods import block_sparse, mra
 from hf_efficient_attn.methods.base import AttentionShape
 from hf_efficient_attn.methods.softmax import softmax_reference
 from hf_efficient_attn.registry import build_method
@@ -30,7 +30,8 @@ def real_rows(out, mask):
 
 def dense_mra_reference(q, k, v, mask, block_per_row, low_resolution, first_n=0, diagonal_n=0, bs=BS):
     """MRA-2(-s) written out densely, in float64 with Python loops: masked block means, log mu
-    (eqs. 10-12), the ranking of all real block pairs (priors first, then mu minus its row max),
+    (eqs. 10-12), the ranking of all real block pairs (by the number of prior sets holding the
+    pair, then mu minus its row max),
     the budget, and the dense approximation A^ (eq. 13 / 18) normalised row by row."""
     batch, heads, n, dim = q.shape
     nb = math.ceil(n / bs)
@@ -45,10 +46,10 @@ def dense_mra_reference(q, k, v, mask, block_per_row, low_resolution, first_n=0,
                   for x in real_blocks for y in real_blocks}
             row_max = {x: max(mu[x, y] for y in real_blocks) for x in real_blocks}
 
-            def rank(pair):
+            def rank(pair):  # number of prior sets holding the pair, then its score
                 x, y = pair
-                prior = x < first_n or y < first_n or (diagonal_n > 0 and abs(x - y) <= diagonal_n // 2)
-                return (prior, mu[pair] - row_max[x])
+                sets = (x < first_n) + (y < first_n) + (diagonal_n > 0 and abs(x - y) <= diagonal_n // 2)
+                return (sets, mu[pair] - row_max[x])
 
             chosen = set(sorted(mu, key=rank, reverse=True)[:budget])
             approx = torch.zeros(n, n, dtype=torch.float64)
@@ -143,6 +144,12 @@ def test_select_blocks_budget_padding_and_priors():
     assert diag[0, :, band].all()
     # The budget caps at all real pairs.
     assert mra.select_blocks(logits, counts, block_per_row=6)[1, :, :3, :3].all()
+    # A sequence of padding only selects nothing, whatever the other sequences' budgets.
+    assert not mra.select_blocks(logits, torch.stack([counts[0], torch.zeros(6, dtype=torch.long)]), 2)[1].any()
+    # Ties at the cut go to the lowest (query block, key block) index: all scores equal here.
+    tied = mra.select_blocks(torch.zeros(2, 1, 6, 6), counts, block_per_row=1)
+    assert tied[0, 0, 0].all() and tied[0, 0].sum() == 6
+    assert tied[1, 0, 0, :3].all() and tied[1, 0].sum() == 3
 
 
 @pytest.mark.parametrize("name", METHODS)
@@ -155,6 +162,46 @@ def test_long_padding_keeps_real_outputs(name):
     out = method(*padded, mask)
     torch.testing.assert_close(out[:, :, :150], method(q, k, v), atol=1e-12, rtol=1e-10)
     assert (out[:, :, 150:] == 0).all()
+
+
+def test_prior_selection_follows_the_reference_implementation():
+    """Transformers' modeling_mra (the official selection code, pure torch, runs on CPU) on the same
+    block logits: n = 512 (16 blocks), budget 4 x 16 = 64 pairs. With first 1 and diagonal 3 the
+    74 prior pairs outnumber the budget, so the pairs in several prior sets ((0, 0), (0, 1),
+    (1, 0)) must win even with the lowest scores, as the reference's per-set bonus makes them."""
+    reference = pytest.importorskip("transformers.models.mra.modeling_mra")
+    heads, nb = 48, 16
+    logits = torch.randn(1, heads, nb, nb, dtype=torch.float64)
+    logits[0, : heads // 2, [0, 0, 1], [0, 1, 0]] -= 50.0  # multi-set pairs scored lowest in half the heads
+    q, k = qkv(batch=1, heads=heads, seq=512, dim=64)[:2]
+    blocks = [t.unflatten(2, (-1, BS)) for t in (q, k)]
+    stats = mra.block_stats(*blocks, blocks[1], torch.ones(1, 512, dtype=torch.bool), 64**-0.5)
+    ref_logits = reference.get_low_resolution_logit(q[0], k[0], BS)[0]
+    torch.testing.assert_close(stats.logits[0], ref_logits)  # the block logits agree too
+    counts = torch.full((1, nb), BS)
+    for block_logits in (logits, stats.logits):
+        for first_n, diagonal_n in [(1, 3), (2, 5), (0, 3), (1, 0), (0, 0)]:
+            ours = mra.select_blocks(block_logits, counts, 4, first_n, diagonal_n)
+            normalized = block_logits[0] - block_logits[0].amax(-1, keepdim=True)
+            indices, _ = reference.get_block_idxes(normalized.clone(), 64, "sparse", first_n, diagonal_n)
+            expected = torch.zeros(heads, nb * nb, dtype=torch.bool).scatter_(1, indices, True)
+            assert torch.equal(ours[0].flatten(1), expected), (first_n, diagonal_n)
+
+
+@pytest.mark.parametrize("name", METHODS)
+def test_left_padding_by_whole_blocks_changes_nothing_other_left_padding_does(name):
+    """Blocks are cut from the first position (module docstring): left padding by a multiple of
+    block_size leaves real outputs unchanged, other left padding moves the block boundaries."""
+    method = make(name, block_per_row=1)  # 3 blocks: an approximation, not exact
+    q, k, v = qkv(batch=1, seq=96)
+    unpadded = method(q, k, v)
+    for pad, unchanged in ((32, True), (64, True), (5, False)):
+        padded = [torch.cat([torch.randn(1, 2, pad, 8, dtype=torch.float64) * 10, t], 2) for t in (q, k, v)]
+        out = method(*padded, torch.arange(pad + 96)[None] >= pad)[:, :, pad:]
+        if unchanged:
+            torch.testing.assert_close(out, unpadded, atol=1e-12, rtol=1e-10)
+        else:
+            assert (out - unpadded).abs().max() > 1e-3
 
 
 # ----------------------------------------------------------------------------- gradients
@@ -175,6 +222,125 @@ def test_low_resolution_term_gets_gradient():
     method = make("mra2", heads=1, block_per_row=1)
     method(q, k, v).square().sum().backward()
     assert (k.grad.abs().sum(-1) > 0).all() and (v.grad.abs().sum(-1) > 0).all()
+
+
+@pytest.mark.parametrize("name", METHODS)
+@pytest.mark.parametrize("dtype, tol", [(torch.float16, 2e-3), (torch.bfloat16, 2e-2)])
+def test_half_precision_forward_and_backward_match_fp32(name, dtype, tol):
+    """fp16/bf16 inputs are computed in fp32: outputs and gradients equal the fp32 run on the same
+    (rounded) inputs up to the rounding of the result."""
+    mask = torch.ones(2, 100, dtype=torch.bool)
+    mask[1, 70:] = False
+    inputs = [t.to(dtype) for t in qkv(batch=2, heads=2, seq=100, dim=16, dtype=torch.float32)]
+    grad_out = torch.randn(2, 2, 100, 16)
+    results = []
+    for tensors in (inputs, [t.float() for t in inputs]):
+        tensors = [t.clone().requires_grad_() for t in tensors]
+        out = make(name, dim=16, block_per_row=1)(*tensors, mask)
+        out.backward(grad_out.to(out.dtype))
+        results.append([out] + [t.grad for t in tensors])
+    for low, full in zip(*results):
+        assert low.dtype == dtype
+        torch.testing.assert_close(low.float(), full, atol=tol, rtol=tol)
+
+
+@pytest.mark.parametrize("slice_elements", [1, 2**20])
+def test_low_resolution_function_and_its_backward_match_autograd_through_the_formula(slice_elements, monkeypatch):
+    """The low-resolution part (recomputed in the backward, a few heads at a time) against autograd
+    through the plain formula: softmax over the kept blocks of q~ k~^T * scaling + log c."""
+    monkeypatch.setattr(mra, "LOW_RESOLUTION_SLICE_ELEMENTS", slice_elements)
+    batch, heads, nb, dim, scaling = 2, 3, 5, 4, 0.5
+    means = [torch.randn(batch, heads, nb, dim, dtype=torch.float64, requires_grad=True) for _ in range(3)]
+    counts = torch.tensor([[32, 32, 32, 32, 32], [32, 32, 7, 0, 0]])
+    log_counts = counts.double().log()[:, None, None, :]
+    dropped = (torch.rand(batch, heads, nb, nb) < 0.4) | (counts == 0)[:, None, None, :]
+    dropped[0, 1, 2] = True  # a query block with no low-resolution block
+    grad_out, grad_lse = torch.randn(batch, heads, nb, dim, dtype=torch.float64), torch.randn(batch, heads, nb,
+                                                                                             dtype=torch.float64)
+    logits = (means[0] @ means[1].transpose(-1, -2) * scaling).detach()
+    out, lse = mra.LowResolutionAttention.apply(*means, logits, log_counts, dropped, scaling)
+    ours = [out, lse, *torch.autograd.grad((out * grad_out).sum() + (lse * grad_lse).sum(), means)]
+
+    scores = (means[0] @ means[1].transpose(-1, -2) * scaling + log_counts).masked_fill(dropped, -math.inf)
+    empty = dropped.all(-1, keepdim=True)
+    probs = scores.masked_fill(empty, 0.0).softmax(-1).masked_fill(empty, 0.0)
+    ref_out, ref_lse = probs @ means[2], scores.logsumexp(-1)
+    loss = (ref_out * grad_out).sum() + (ref_lse.masked_fill(empty[..., 0], 0.0) * grad_lse).sum()
+    expected = [ref_out, ref_lse, *torch.autograd.grad(loss, means)]
+    for a, b in zip(ours, expected):
+        torch.testing.assert_close(a, b, atol=1e-12, rtol=1e-10)
+
+
+# ----------------------------------------------------------------------------- block-sparse function
+
+
+def block_sparse_on_sequences(q, k, v, selected, bs, scaling, key_real, extra_value, extra_score):
+    """block_sparse_attention on (B, H, N, D) tensors (it takes and returns blocks)."""
+    blocks = [t.unflatten(2, (-1, bs)) for t in (q, k, v)]
+    out = block_sparse.block_sparse_attention(*blocks, selected, scaling, key_real, extra_value, extra_score)
+    return out.flatten(2, 3)
+
+
+def dense_block_sparse_reference(q, k, v, selected, bs, scaling, key_real, extra_value, extra_score):
+    """softmax over [the keys of the selected blocks, one extra key per query block] written densely,
+    differentiable by autograd; rows with no key at all are 0."""
+    allowed = selected.repeat_interleave(bs, 2).repeat_interleave(bs, 3) & key_real[:, None, None, :]
+    scores = (q @ k.transpose(-1, -2) * scaling).masked_fill(~allowed, -math.inf)
+    values = v[:, :, None].expand(-1, -1, q.shape[2], -1, -1)  # (B, H, N queries, N keys, D)
+    if extra_score is not None:
+        scores = torch.cat([scores, extra_score.repeat_interleave(bs, 2)[..., None]], -1)
+        values = torch.cat([values, extra_value.repeat_interleave(bs, 2)[:, :, :, None]], 3)
+    empty = (scores == -math.inf).all(-1, keepdim=True)
+    probs = scores.masked_fill(empty, 0.0).softmax(-1).masked_fill(empty, 0.0)
+    return (probs[..., None] * values).sum(-2)
+
+
+def block_sparse_case(extra: bool, batch=2, heads=2, bs=4, nb=6, dim=5):
+    """Random selection with padded keys (a partial and an empty key block in sequence 1), a query
+    block with no selected block, and for ``extra`` some extra keys at -inf (all blocks selected)."""
+    q, k, v = qkv(batch=batch, heads=heads, seq=nb * bs, dim=dim)
+    key_real = torch.ones(batch, nb * bs, dtype=torch.bool)
+    key_real[1, (nb - 2) * bs + 1:] = False
+    block_real = key_real.view(batch, nb, bs).any(-1)
+    selected = (torch.rand(batch, heads, nb, nb) < 0.4) & block_real[:, None, None, :]
+    selected[0, 0, 2] = False  # no selected block
+    selected[0, -1, 3] = block_real[0]  # every block selected
+    extra_value = extra_score = None
+    if extra:
+        extra_value = torch.randn(batch, heads, nb, dim, dtype=torch.float64)
+        extra_score = torch.randn(batch, heads, nb, dtype=torch.float64) * 2
+        extra_score[0, -1, 3] = -math.inf
+    return q, k, v, selected, bs, dim**-0.5, key_real, extra_value, extra_score
+
+
+@pytest.mark.parametrize("extra", [True, False], ids=["extra-key", "selected-only"])
+@pytest.mark.parametrize("chunk_key_blocks", [1, 5, 4096])
+def test_block_sparse_attention_and_its_backward_match_autograd_through_a_dense_reference(
+        extra, chunk_key_blocks, monkeypatch):
+    monkeypatch.setitem(block_sparse.CHUNK_KEY_BLOCKS, "cpu", chunk_key_blocks)
+    case = block_sparse_case(extra)
+    inputs = [t for t in case if isinstance(t, torch.Tensor) and t.is_floating_point()]
+    for t in inputs:
+        t.requires_grad_()
+    grad_out = torch.randn_like(case[0])
+    results = []
+    for fn in (block_sparse_on_sequences, dense_block_sparse_reference):
+        out = fn(*case)
+        results.append([out, *torch.autograd.grad(out, inputs, grad_out)])
+    for ours, expected in zip(*results):
+        torch.testing.assert_close(ours, expected, atol=1e-12, rtol=1e-10)
+
+
+def test_block_sparse_attention_gradcheck():
+    q, k, v, selected, bs, scaling, key_real, extra_value, extra_score = block_sparse_case(
+        True, batch=2, heads=1, bs=3, nb=4, dim=2)
+    extra_score = extra_score.clamp(min=-3.0)  # finite: finite differences at -inf are undefined
+    inputs = [t.requires_grad_() for t in (q, k, v, extra_value, extra_score)]
+
+    def fn(q, k, v, extra_value, extra_score):
+        return block_sparse_on_sequences(q, k, v, selected, bs, scaling, key_real, extra_value, extra_score)
+
+    assert torch.autograd.gradcheck(fn, inputs, eps=1e-6, atol=1e-7)
 
 
 # ----------------------------------------------------------------------------- flex backend

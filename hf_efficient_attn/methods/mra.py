@@ -30,27 +30,38 @@ Transformers' ``modeling_mra.py``, unless said otherwise):
   blocks). This puts every query block's best key block ahead of all other pairs, so with
   ``block_per_row >= 1``, no priors and no tied scores every query block gets at least one exact
   block (ties at the row maximum, as in the official code, may leave a block without one).
+  Pairs tied at the budget's cut go to the lowest (x, y) index (the official top-k breaks such
+  ties arbitrarily), so the choice does not depend on appended padding.
 - Priors (official ``initial_prior_first_n_blocks`` / ``initial_prior_diagonal_n_blocks``, off
-  by default as in Transformers' ``MraConfig``): the first ``n`` query-block rows and key-block
-  columns (global tokens), and the band |x - y| <= n // 2 around the diagonal. Prior pairs are
-  ranked ahead of every other pair (the official code adds 5e3 to their scores); they still count
-  against the budget.
+  by default as in Transformers' ``MraConfig``): three prior sets, the first ``n`` query-block
+  rows, the first ``n`` key-block columns (global tokens), and the band |x - y| <= n // 2 around
+  the diagonal. As in the official code, which adds 5e3 to a pair's score once per set it belongs
+  to, pairs rank first by how many sets hold them, then by score; so when prior pairs outnumber
+  the budget, pairs in several sets (e.g. (0, 0), or the diagonal of the first row) win. Prior
+  pairs count against the budget.
 - Padding: block means, counts and the ranking use real tokens only (official masked means);
   blocks without a real token are never selected and never attended. The budget is
   ``block_per_row`` x (number of query blocks holding a real token) of *that* sequence, at most
   all real block pairs, so appending padding changes nothing (the official code's budget depends
   on the padded model length). The sequence is padded internally to a multiple of
   ``block_size``; internal padding is treated exactly like key padding.
+- Blocks are cut every ``block_size`` positions from the first one, so *left* padding (pad
+  tokens before the text) moves the real tokens across block boundaries and changes the
+  approximation, unless its length is a multiple of ``block_size`` (then outputs are unchanged,
+  as for right padding; both are tested). Pad on the right, as BERT/RoBERTa tokenizers do by
+  default. The official code has the same block boundaries.
 - Gradients flow through the exact blocks and the low-resolution term (block means); the
   selection itself is not differentiated (as the official code, which selects under no_grad).
 
 Two backends compute the same thing:
 
-- ``gather``: plain PyTorch. The selected (query block, key block) pairs are listed, their
-  blocks gathered with ``index_select`` and multiplied with batched matmuls; partial results
-  are combined per query row with ``index_add``; the low-resolution part is a dense
-  (nb x nb) block-level softmax. Cost and memory grow with the number of selected blocks.
-  Supports autograd and every dtype and device (half precision is computed in fp32).
+- ``gather``: plain PyTorch (:mod:`.block_sparse`). Query blocks are grouped by their number of
+  selected key blocks; each chunk's key blocks are gathered with ``index_select`` and multiplied
+  in batched matmuls. For ``mra2`` the low-resolution part (a dense (nb x nb) block-level
+  softmax) enters as one extra key per query block, as in ``flex`` below. A custom autograd
+  function keeps only the output and the per-row log-sum-exp and recomputes the selected blocks
+  in the backward (flash attention's scheme), so memory is O(n) and time grows with the number
+  of selected blocks. Every dtype and device (half precision is computed in fp32).
 - ``flex``: ``torch.nn.attention.flex_attention`` (compiled), with a ``BlockMask`` listing the
   selected key blocks of every query block and a ``mask_mod`` for padded keys. For ``mra2``
   the low-resolution part enters the same call as one virtual key per query block x, with
@@ -72,9 +83,11 @@ from typing import Callable, NamedTuple
 
 import torch
 import torch.nn.functional as F
+from torch.autograd.function import once_differentiable
 from torch.nn.attention.flex_attention import BlockMask, flex_attention
 
 from ..registry import register_method
+from .block_sparse import block_sparse_attention
 from .base import AttentionMethod, MethodOptions, check_choice, check_int, compute_dtype, pad_to_multiple
 
 BACKENDS = ("auto", "flex", "gather")
@@ -91,6 +104,9 @@ FLEX_RECOMPILE_LIMIT = 64
 #: Devices and dtypes on which ``backend="auto"`` uses flex (verified: CPU, torch 2.13).
 FLEX_AUTO_DEVICES = ("cpu",)
 FLEX_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+#: Elements of the (nb x nb) low-resolution tensors recomputed at once in the backward (4 MiB in
+#: fp32): slices of whole heads, so that long inputs do not keep them for every head at once.
+LOW_RESOLUTION_SLICE_ELEMENTS = 2**20
 
 
 @dataclass
@@ -119,20 +135,21 @@ class BlockStats(NamedTuple):
     """Low-resolution view of one padded input (eqs. 10-12 and 17)."""
 
     counts: torch.Tensor  # (B, nb) number of real tokens per block
-    logits: torch.Tensor  # (B, H, nb, nb) log mu = mean(Q block) . mean(K block) * scaling
-    value_means: torch.Tensor  # (B, H, nb, D) mean of the real values of each block
+    query_means: torch.Tensor  # (B, H, nb, D) mean of the real queries of each block
+    key_means: torch.Tensor  # (B, H, nb, D)
+    value_means: torch.Tensor  # (B, H, nb, D)
+    logits: torch.Tensor  # (B, H, nb, nb) log mu = query mean . key mean * scaling, no gradient
 
 
-def block_stats(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, real: torch.Tensor, block_size: int,
-                scaling: float) -> BlockStats:
-    """Masked block means (eqs. 11, 17) and log mu (eq. 12) of padded q, k, v (B, H, N, D);
-    ``real`` (B, N) marks real tokens; q, k, v must be zero at the other positions."""
-    batch, heads, length, dim = q.shape
-    shape = (batch, heads, length // block_size, block_size, dim)
-    counts = real.view(batch, -1, block_size).sum(-1)
+def block_stats(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, real: torch.Tensor, scaling: float) -> BlockStats:
+    """Masked block means (eqs. 11, 17) and log mu (eq. 12) of q, k, v as blocks (B, H, nb, b, D);
+    ``real`` (B, nb * b) marks real tokens; q, k, v must be zero at the other positions."""
+    counts = real.view(real.shape[0], -1, q.shape[3]).sum(-1)
     inv_count = 1.0 / counts.clamp(min=1).to(q.dtype)[:, None, :, None]
-    q_mean, k_mean, v_mean = (t.view(shape).sum(3) * inv_count for t in (q, k, v))
-    return BlockStats(counts, q_mean @ k_mean.transpose(-1, -2) * scaling, v_mean)
+    q_mean, k_mean, v_mean = (t.sum(3) * inv_count for t in (q, k, v))
+    with torch.no_grad():
+        logits = q_mean @ k_mean.transpose(-1, -2) * scaling
+    return BlockStats(counts, q_mean, k_mean, v_mean, logits)
 
 
 @torch.no_grad()
@@ -144,92 +161,100 @@ def select_blocks(logits: torch.Tensor, counts: torch.Tensor, block_per_row: int
     all real block pairs; pairs are ranked over the whole head (see module docstring)."""
     batch, heads, nb, _ = logits.shape
     has_real = counts > 0
-    eligible = (has_real[:, :, None] & has_real[:, None, :])[:, None]  # (B, 1, nb, nb)
-    row_max = logits.masked_fill(~eligible, -math.inf).amax(-1, keepdim=True)
-    score = torch.where(eligible, logits - row_max, -math.inf)
+    if not bool(has_real.all()):  # pairs with a block without real tokens are never selected
+        logits = logits.masked_fill(~(has_real[:, None, :, None] & has_real[:, None, None, :]), -math.inf)
+    row_max = logits.amax(-1, keepdim=True)
+    score = logits - row_max.masked_fill_(row_max == -math.inf, 0.0)  # -inf: not eligible
     if first_n > 0 or diagonal_n > 0:
+        # Rank by the number of prior sets a pair is in (first rows, first columns, diagonal band),
+        # then by score: the official get_block_idxes adds 5e3 per set. Eligible scores lie in
+        # [lowest, 0], so a step of 1 - lowest per set keeps the levels apart.
         idx = torch.arange(nb, device=logits.device)
-        prior = (idx[:, None] < first_n) | (idx[None, :] < first_n)
+        prior_sets = (idx[:, None] < first_n).to(score.dtype) + (idx[None, :] < first_n).to(score.dtype)
         if diagonal_n > 0:
-            prior |= (idx[:, None] - idx[None, :]).abs() <= diagonal_n // 2
-        # Shift prior pairs above every other pair: other scores lie in [lowest, 0].
-        lowest = score.masked_fill(~eligible, math.inf).amin((-2, -1), keepdim=True)
-        score = torch.where(prior & eligible, score - lowest + 1, score)
+            prior_sets += ((idx[:, None] - idx[None, :]).abs() <= diagonal_n // 2).to(score.dtype)
+        lowest = score.masked_fill(score == -math.inf, math.inf).amin((-2, -1), keepdim=True)
+        score = score + prior_sets * (1 - lowest)
     real_blocks = has_real.sum(-1)
     budget = torch.minimum(real_blocks * block_per_row, real_blocks * real_blocks)  # (B,)
     top = int(budget.max())
-    selected = torch.zeros(batch, heads, nb * nb, dtype=torch.bool, device=logits.device)
-    if top > 0:
-        ranked = score.flatten(2).topk(top, dim=-1, sorted=True).indices
-        keep = (torch.arange(top, device=logits.device) < budget[:, None, None]).expand(-1, heads, -1)
-        selected.scatter_(-1, ranked, keep)
+    if top == 0:
+        return torch.zeros_like(logits, dtype=torch.bool)
+    score = score.flatten(2)
+    budget = budget[:, None, None]
+    threshold = score.topk(top, dim=-1).values.gather(-1, (budget - 1).clamp(min=0).expand(-1, heads, -1))
+    selected = score >= threshold
+    if bool((selected.sum(-1, keepdim=True) > budget).any()):
+        # Ties at the threshold (e.g. row maxima, all 0, at one prior level; or -inf in a sequence
+        # of padding only, whose budget is 0) go to the lowest (query block, key block) index, so
+        # that appended padding cannot change the choice.
+        tied = score == threshold
+        selected &= ~tied | (tied.cumsum(-1) <= budget - (score > threshold).sum(-1, keepdim=True))
     return selected.view(batch, heads, nb, nb)
 
 
-def _low_resolution_logits(stats: BlockStats, selected: torch.Tensor) -> torch.Tensor:
-    """log(c_y mu_{x,y}) for the pairs kept at low resolution, -inf elsewhere (eq. 13)."""
-    log_counts = stats.counts.to(stats.logits.dtype).log()[:, None, None, :]  # -inf: no real key
-    return (stats.logits + log_counts).masked_fill(selected, -math.inf)
+class LowResolutionAttention(torch.autograd.Function):
+    """Alg. 2 at resolution b: per query block x, softmax over the key blocks y kept at low
+    resolution of the scores log(c_y mu_{x,y}) = q~_x . k~_y * scaling + log c_y (eqs. 13, 17),
+    applied to the value means v~_y. Returns (out, lse), (B, H, nb, D) and (B, H, nb); rows with
+    no such block give 0 and -inf. The backward recomputes the (nb x nb) probabilities from the
+    block means instead of keeping them (they are the largest tensors of MRA-2 at long lengths)."""
+
+    @staticmethod
+    def _probs(scores, dropped):
+        """Softmax probabilities and log-sum-exp of ``scores`` (consumed in place) without the
+        ``dropped`` pairs."""
+        scores.masked_fill_(dropped, -math.inf)
+        row_max = scores.amax(-1, keepdim=True)
+        row_max.masked_fill_(row_max == -math.inf, 0.0)
+        weights = scores.sub_(row_max).exp_()
+        total = weights.sum(-1, keepdim=True)
+        nonempty = total > 0
+        total = torch.where(nonempty, total, 1.0)
+        return weights.div_(total), torch.where(nonempty, row_max + total.log(), -math.inf).squeeze(-1)
+
+    @staticmethod
+    def forward(ctx, query_means, key_means, value_means, logits, log_counts, dropped, scaling: float):
+        probs, lse = LowResolutionAttention._probs(logits + log_counts, dropped)
+        out = probs @ value_means
+        ctx.save_for_backward(query_means, key_means, value_means, log_counts, dropped, out)
+        ctx.scaling = scaling
+        return out, lse
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_out, grad_lse):
+        query_means, key_means, value_means, log_counts, dropped, out = ctx.saved_tensors
+        batch, heads, nb, dim = query_means.shape
+        flat = [t.reshape(batch * heads, *t.shape[2:]) for t in (query_means, key_means, value_means, grad_out, out)]
+        dropped, grad_lse = dropped.reshape(batch * heads, nb, nb), grad_lse.reshape(batch * heads, nb)
+        log_counts = log_counts.expand(batch, heads, 1, nb).reshape(batch * heads, 1, nb)
+        grads = [torch.empty_like(t) for t in flat[:3]]
+        # A few (batch, head) slices at a time, so that the recomputed (nb x nb) tensors of a few
+        # slices only are alive (all of them would be the peak of MRA-2's backward at long lengths).
+        step = max(1, LOW_RESOLUTION_SLICE_ELEMENTS // nb**2)
+        for s in (slice(i, i + step) for i in range(0, batch * heads, step)):
+            mean_q, mean_k, mean_v, g_out, out_s = (t[s] for t in flat)
+            probs, _ = LowResolutionAttention._probs(
+                (mean_q @ mean_k.transpose(1, 2)).mul_(ctx.scaling).add_(log_counts[s]), dropped[s])
+            grads[2][s] = probs.transpose(1, 2) @ g_out
+            # out_x = sum_y p_xy v_y and lse_x = log sum_y exp(s_xy):
+            # dL/ds_xy = p_xy (g_x . v_y - g_x . out_x + dL/dlse_x).
+            row_term = torch.einsum("sxd,sxd->sx", g_out, out_s).sub_(grad_lse[s])
+            d_scores = (g_out @ mean_v.transpose(1, 2)).sub_(row_term[..., None]).mul_(probs)
+            del probs
+            grads[0][s] = d_scores @ mean_k * ctx.scaling
+            grads[1][s] = d_scores.transpose(1, 2) @ mean_q * ctx.scaling
+        return *(g.view(batch, heads, nb, dim) for g in grads), None, None, None, None
 
 
-def _normalise(num: torch.Tensor, den: torch.Tensor, row_max: torch.Tensor):
-    """(num / den, log-sum-exp) with empty rows (den = 0) giving 0 and -inf."""
-    nonempty = den > 0
-    den = torch.where(nonempty, den, 1.0)
-    return num / den.unsqueeze(-1), torch.where(nonempty, row_max + den.log(), -math.inf)
-
-
-def _finite_max(x: torch.Tensor, dim: int) -> torch.Tensor:
-    """Detached max for max subtraction; 0 where the whole row is -inf."""
-    m = x.detach().amax(dim)
-    return m.masked_fill(m == -math.inf, 0.0)
-
-
-def gather_selected_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, real: torch.Tensor,
-                              selected: torch.Tensor, block_size: int, scaling: float):
-    """Exact softmax attention restricted to the selected blocks, by gather + bmm.
-
-    Returns (out, lse), (B, H, N, D) and (B, H, N): the normalised output and log-sum-exp of
-    every row over its selected keys (0 and -inf for rows with none)."""
-    batch, heads, length, dim = q.shape
-    nb = length // block_size
-    b, h, x, y = selected.nonzero(as_tuple=True)
-    rows = (b * heads + h) * nb + x  # query block id, in (B * H * nb)
-    cols = (b * heads + h) * nb + y
-    blocks = (batch * heads * nb, block_size, dim)
-    q_blocks = (q * scaling).reshape(blocks).index_select(0, rows)
-    k_blocks = k.reshape(blocks).index_select(0, cols)
-    v_blocks = v.reshape(blocks).index_select(0, cols)
-    scores = torch.bmm(q_blocks, k_blocks.transpose(1, 2))
-    key_real = real.view(batch, nb, block_size)[b, y]
-    if not bool(key_real.all()):
-        scores = scores.masked_fill(~key_real[:, None, :], -math.inf)
-    # Every selected block has a real key, so each block's row max is finite.
-    row_max = torch.full(blocks[:2], -math.inf, dtype=q.dtype, device=q.device)
-    row_max.scatter_reduce_(0, rows[:, None].expand(-1, block_size), scores.detach().amax(-1), "amax")
-    row_max = row_max.masked_fill(row_max == -math.inf, 0.0)
-    probs = torch.exp(scores - row_max[rows].unsqueeze(-1))
-    num = q.new_zeros(blocks).index_add(0, rows, torch.bmm(probs, v_blocks))
-    den = q.new_zeros(blocks[:2]).index_add(0, rows, probs.sum(-1))
-    out, lse = _normalise(num, den, row_max)
-    return out.view(batch, heads, length, dim), lse.view(batch, heads, length)
-
-
-def low_resolution_attention(low_logits: torch.Tensor, value_means: torch.Tensor):
-    """Alg. 2 at resolution b: per query block, (out, lse) of the blocks kept at low resolution,
-    shapes (B, H, nb, D) and (B, H, nb)."""
-    row_max = _finite_max(low_logits, -1)
-    weights = torch.exp(low_logits - row_max.unsqueeze(-1))
-    return _normalise(weights @ value_means, weights.sum(-1), row_max)
-
-
-def merge_by_lse(out_a: torch.Tensor, lse_a: torch.Tensor, out_b: torch.Tensor, lse_b: torch.Tensor):
-    """Softmax over the union of two disjoint key sets from each set's (out, log-sum-exp)."""
-    m = _finite_max(torch.stack([lse_a, lse_b]), 0)
-    w_a, w_b = torch.exp(lse_a - m), torch.exp(lse_b - m)
-    total = w_a + w_b
-    total = torch.where(total > 0, total, 1.0)
-    return (w_a.unsqueeze(-1) * out_a + w_b.unsqueeze(-1) * out_b) / total.unsqueeze(-1)
+def low_resolution_attention(stats: BlockStats, selected: torch.Tensor, scaling: float):
+    """(out, lse) of the low-resolution part of every query block (:class:`LowResolutionAttention`):
+    over the key blocks that hold a real token and are not ``selected``."""
+    log_counts = stats.counts.to(stats.logits.dtype).log()[:, None, None, :]
+    dropped = selected | (stats.counts == 0)[:, None, None, :]
+    return LowResolutionAttention.apply(stats.query_means, stats.key_means, stats.value_means, stats.logits,
+                                        log_counts, dropped, scaling)
 
 
 # ----------------------------------------------------------------------------- flex backend
@@ -331,24 +356,27 @@ class _MraBase(AttentionMethod):
         real = pad_to_multiple(real, multiple, dim=1, value=False)
         work_dtype = q.dtype if use_flex else compute_dtype(q)
         # Padded tokens are zero (the base class zeroes key padding; internal padding adds zeros).
-        q, k, v = (pad_to_multiple(t.to(work_dtype), multiple, dim=2) for t in (q, k, v))
+        # Blocks (B, H, nb, b, D): one view per tensor, shared by the block means and the exact part,
+        # so that their gradients add up in one buffer.
+        q, k, v = (pad_to_multiple(t.to(work_dtype), multiple, dim=2).contiguous().unflatten(2, (-1, bs))
+                   for t in (q, k, v))
         if use_flex and not torch.is_grad_enabled():
             q, k, v = (t.detach() for t in (q, k, v))  # CPU flex refuses inputs that require grad
 
         stats_dtype = compute_dtype(q)
-        stats = block_stats(q.to(stats_dtype), k.to(stats_dtype), v.to(stats_dtype), real, bs, scaling)
+        stats = block_stats(q.to(stats_dtype), k.to(stats_dtype), v.to(stats_dtype), real, scaling)
         selected = select_blocks(stats.logits, stats.counts, opts.block_per_row,
                                  opts.initial_prior_first_n_blocks, opts.initial_prior_diagonal_n_blocks)
         low_out = low_lse = None
         if self.low_resolution:
-            low_out, low_lse = low_resolution_attention(_low_resolution_logits(stats, selected), stats.value_means)
+            low_out, low_lse = low_resolution_attention(stats, selected, scaling)
         if use_flex:
+            q, k, v = (t.flatten(2, 3) for t in (q, k, v))
             out = flex_mra_attention(q, k, v, real, selected, bs, scaling, low_out, low_lse)
         else:
-            out, lse = gather_selected_attention(q, k, v, real, selected, bs, scaling)
-            if low_out is not None:
-                out = merge_by_lse(out, lse, low_out.repeat_interleave(bs, 2), low_lse.repeat_interleave(bs, 2))
-        return out[:, :, :length]
+            out = block_sparse_attention(q, k, v, selected, scaling, real, low_out, low_lse).flatten(2, 3)
+        # Slice only what was padded: a slice's backward allocates and fills a full-size gradient.
+        return out if out.shape[2] == length else out[:, :, :length]
 
 
 @register_method

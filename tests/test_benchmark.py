@@ -1,0 +1,135 @@
+"""scripts/benchmark.py: method specs, the command line, the whole-model training step and the
+tables it derives from measurements."""
+
+import csv
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from hf_efficient_attn import benchmark
+from hf_efficient_attn.benchmark import Measurement
+from hf_efficient_attn.methods.base import AttentionMethod
+
+
+def test_parse_method_spec():
+    assert benchmark.parse_method_spec("mra2") == ("mra2", {})
+    assert benchmark.parse_method_spec("mra2:backend=flex,block_per_row=8,initial_prior_first_n_blocks=1") == (
+        "mra2", {"backend": "flex", "block_per_row": 8, "initial_prior_first_n_blocks": 1})
+    with pytest.raises(ValueError, match="NAME=VALUE"):
+        benchmark.parse_method_spec("mra2:flex")
+
+
+@pytest.mark.parametrize("argv, match", [
+    (["--methods", "mra3"], "unknown attention method 'mra3'"),
+    (["--methods", "mra2:block_per_rows=2"], "block_per_row"),
+    (["--methods", "mra2:backend=triton"], "backend"),
+    (["--model", "--forward-only"], "--forward-only"),
+    (["--dtype", "fp8"], "fp32"),
+    (["--layers", "0"], "--layers"),
+    (["--seq-lens", "0"], "--seq-lens"),
+    (["--threads", "0"], "--threads"),
+])
+def test_bad_command_lines_are_argparse_errors(argv, match, capsys):
+    with pytest.raises(SystemExit):
+        benchmark.parse_args(argv)
+    assert match in capsys.readouterr().err
+
+
+def test_defaults_follow_the_benchmark():
+    model = benchmark.parse_args(["--model"])
+    assert model.seq_lens == [1024, 2048, 4096, 8192, 16384] and model.methods == ["mra2", "mra2_s"]
+    attention = benchmark.parse_args([])
+    assert "mra2" in attention.methods and "softmax" in attention.methods
+
+
+@pytest.mark.parametrize("spec", ["sdpa", "mra2:block_per_row=2"])
+def test_the_model_step_trains_the_model_with_the_chosen_attention(spec):
+    model = benchmark.build_mlm_model(spec, seq_len=96, layers=1, vocab_size=50)
+    assert model.config.hidden_size == 768 and model.config.num_attention_heads == 12
+    assert model.config.intermediate_size == 3072 and model.config.attention_probs_dropout_prob == 0.0
+    if spec == "sdpa":
+        assert model.config._attn_implementation == "sdpa"
+    else:
+        assert model.config.attn_impl == "mra2" and model.config.attn_config["block_per_row"] == 2
+    calls = []
+    for module in model.modules():
+        if isinstance(module, AttentionMethod):
+            module.register_forward_hook(lambda *args: calls.append(1))
+    # The measured step is a real training step: it moves the weights and clears the gradients,
+    # and runs the chosen method (no method module at all for Transformers' SDPA).
+    query = model.roberta.encoder.layer[0].attention.self.query.weight
+    before = query.detach().clone()
+    benchmark.mlm_training_step(model.train(), batch=2, seq_len=96)()
+    assert not torch.equal(before, query) and query.grad is None
+    assert len(calls) == (0 if spec == "sdpa" else 1)
+
+
+def test_call_peak_is_the_memory_a_call_needs_on_top_of_what_is_live():
+    """In a fresh process (as the benchmark's workers): a step that holds 64 MiB of tensors at
+    once (16 of 4 MiB) on top of 256 MiB kept alive peaks at 64 MiB, also after 256 MiB of 4 MiB
+    tensors were freed before it (which glibc's heap would otherwise keep and hand out again)."""
+    code = """
+import json, torch
+from hf_efficient_attn import benchmark
+benchmark.return_freed_memory_to_the_os()
+kept = torch.ones(4 * 2**20)  # 16 MiB: once freed, glibc would raise its mmap threshold to this
+del kept
+kept = torch.ones(64 * 2**20)
+garbage = [torch.ones(2**20) for _ in range(64)]
+pin = torch.ones(2**20)  # above the garbage in the heap, so that freeing it does not shrink the heap
+del garbage
+def step():
+    held = [torch.ones(2**20) for _ in range(16)]
+print(json.dumps(benchmark.call_peak_mb(step, torch.device("cpu"))))
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert 62 <= json.loads(done.stdout.strip().splitlines()[-1]) <= 70
+
+
+def fake(method, n, seconds, peak, mode="train step"):
+    return Measurement(method, n, mode, seconds, peak, pids=[0, 0])
+
+
+def test_model_step_table_ratios():
+    measurements = [fake("sdpa", 4096, 4.0, 400.0), fake("vmean", 4096, 2.0, 300.0),
+                    fake("mra2", 4096, 2.2, 200.0), fake("mra2", 8192, 5.0, 500.0)]
+    rows = {(r["method"], r["n"]): r for r in benchmark.model_step_table(measurements, batch=2)}
+    mra = rows["mra2", 4096]
+    assert mra["tokens_per_s"] == round(2 * 4096 / 2.2)
+    assert mra["speedup_vs_sdpa"] == round(4.0 / 2.2, 2)
+    assert mra["time_over_vmean_floor"] == "+10%"
+    assert mra["peak_vs_sdpa"] == 0.5
+    assert "speedup_vs_sdpa" not in rows["mra2", 8192]  # no reference measured at 8192
+
+
+def test_attention_table_ratios():
+    measurements = [fake("softmax", 1024, 0.2, 100.0, "forward"), fake("mra2", 1024, 0.05, 50.0, "forward"),
+                    fake("mra2", 1024, 0.1, 80.0, "forward+backward")]
+    rows = {r["method"]: r for r in benchmark.attention_table(measurements)}
+    assert rows["mra2"]["fwd_speedup"] == 4.0 and rows["mra2"]["fwd_mem_ratio"] == 2.0
+    assert rows["mra2"]["fwdbwd_ms"] == 100.0 and "fwdbwd_speedup" not in rows["mra2"]
+
+
+@pytest.mark.slow
+def test_model_benchmark_command_line_end_to_end(tmp_path):
+    """The README's command at a tiny size: every measurement in its own fresh process, the table
+    (md, csv) consistent with the raw measurements, and a plot."""
+    benchmark.main(["--model", "--methods", "mra2", "mra2:backend=gather,block_per_row=2", "--seq-lens", "64", "128",
+                    "--layers", "1", "--vocab-size", "64", "--repeats", "1", "--out-dir", str(tmp_path)])
+    measurements = [Measurement(**m) for m in json.loads((tmp_path / "model_step.json").read_text())]
+    specs = ["sdpa", "vmean", "mra2", "mra2:backend=gather,block_per_row=2"]
+    assert sorted((m.method, m.seq_len) for m in measurements) == sorted((s, n) for s in specs for n in (64, 128))
+    pids = {pid for m in measurements for pid in m.pids}  # time and memory: two processes each
+    assert len(pids) == 2 * len(measurements) and benchmark.os.getpid() not in pids
+    with open(tmp_path / "model_step.csv") as f:
+        rows = list(csv.DictReader(f))
+    by_key = {(m.method, m.seq_len): m for m in measurements}
+    for row in rows:
+        mine, ref = by_key[row["method"], int(row["n"])], by_key["sdpa", int(row["n"])]
+        assert int(row["tokens_per_s"]) == round(mine.seq_len / mine.seconds)
+        assert float(row["speedup_vs_sdpa"]) == round(ref.seconds / mine.seconds, 2)
+    assert (tmp_path / "model_step.md").read_text().count("\n| ") == len(rows) + 1  # header + rows
+    assert (tmp_path / "model_step.png").stat().st_size > 10_000
