@@ -107,7 +107,7 @@ def build_mlm_model(spec: str, seq_len: int, layers: int = 2, vocab_size: int = 
     approximations apply none)."""
     import transformers
 
-    from .bridge import patch_model
+    from .patching import patch_model
 
     config = transformers.RobertaConfig(
         vocab_size=vocab_size, num_hidden_layers=layers, max_position_embeddings=seq_len + 2,
