@@ -350,6 +350,9 @@ def test_data_arguments_are_checked(workspace, tmp_path):
                           validation_mismatched_file=files["mrpc"]["validation"])  # fmt: skip
     with pytest.raises(ValueError, match="allowed extensions: json, jsonl, csv, tsv"):
         GlueDataArguments(task_name="rte", train_file=str(tmp_path / "train.parquet"))
+    for bad in (0, 1.5, True):
+        with pytest.raises(ValueError, match="--max_predict_samples must be a positive integer"):
+            GlueDataArguments(task_name="rte", max_predict_samples=bad)
     hub = GlueDataArguments(task_name="QNLI")  # no local file: the Hub's GLUE
     assert (hub.task_name, hub.dataset_name, hub.dataset_config_name) == ("qnli", "nyu-mll/glue", "qnli")
 

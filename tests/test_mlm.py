@@ -306,5 +306,5 @@ def test_recipes_name_only_known_flags(name, tmp_path, monkeypatch):
             with open(recipe[key], "w") as f:
                 f.write('{"text": "A line."}\n')
         model_args, data_args, training_args = parse_arguments(types, [os.path.join(RECIPES, name)])
-        assert data_args.max_seq_length == 2048 and training_args.max_steps == recipe["max_steps"]
+        assert data_args.max_seq_length == recipe["max_seq_length"] and training_args.max_steps == recipe["max_steps"]
         assert model_args.attn_impl == recipe.get("attn_impl")

@@ -404,8 +404,12 @@ def test_invalid_options(options, match):
         make("mra2", **options)
 
 
-def test_other_block_sizes():
-    q, k, v = qkv(seq=50)
+@pytest.mark.parametrize("method", ["mra2", "mra2_s"])
+@pytest.mark.parametrize("backend", ["gather", "flex"])
+def test_any_block_size_is_exact_at_full_budget(method, backend):
+    """block_size is any positive integer (1, 7: not a power of two, 64: above the length)."""
+    dtype, tolerance = (torch.float64, 1e-10) if backend == "gather" else (torch.float32, 1e-5)  # flex: no fp64
+    q, k, v = qkv(seq=50, dtype=dtype)
     for bs in (1, 7, 64):
-        out = make("mra2_s", block_size=bs, block_per_row=64)(q, k, v)
-        torch.testing.assert_close(out, softmax_reference(q, k, v), atol=1e-12, rtol=1e-10)
+        out = make(method, block_size=bs, block_per_row=64, backend=backend)(q, k, v)
+        torch.testing.assert_close(out, softmax_reference(q, k, v), atol=tolerance, rtol=tolerance)

@@ -281,8 +281,9 @@ def test_data_errors(tmp_path):
         load_qangaroo(train_file=renamed)
     with pytest.raises(ValueError, match="allowed extensions: json, jsonl"):
         WikiHopDataArguments(train_file=str(tmp_path / "train.csv"))
-    with pytest.raises(ValueError, match="--max_chunks must be a positive integer"):
-        WikiHopDataArguments(train_file=renamed, max_chunks=0)
+    for bad in (0, 2.5, True):
+        with pytest.raises(ValueError, match="--max_chunks must be a positive integer"):
+            WikiHopDataArguments(train_file=renamed, max_chunks=bad)
 
 
 def test_training_and_development_files_with_different_fields(tmp_path):

@@ -18,7 +18,7 @@ from ..long import max_tokens
 from ..methods.base import AttentionMethod
 from .remote_code import PACKAGE, auto_class_of, model_classes
 
-DEFAULT_TEMPLATE = Path(__file__).resolve().parents[2] / "model_cards" / "efficient_attention.md"
+DEFAULT_TEMPLATE = Path(__file__).resolve().parents[1] / "model_cards" / "efficient_attention.md"
 
 
 @dataclass(frozen=True)

@@ -112,6 +112,9 @@ LOW_RESOLUTION_SLICE_ELEMENTS = 2**20
 @dataclass
 class MraOptions(MethodOptions):
     # b in R = {b, 1}: section 5, "Baselines": "R = {32, 1} ... denoted in experiments as MRA-2".
+    # Any positive integer is accepted (the paper's Alg. 1 works for any b; exact at full budget
+    # for b = 1, 7, 64 on both backends, tested); the official CUDA kernels fix b = 32. Smaller b
+    # costs more: the low-resolution part is (n/b)^2.
     block_size: int = 32
     # Exact blocks per query block, on average (budget m_1 = block_per_row x number of query
     # blocks, Alg. 1). 4 = Transformers' MraConfig default and the official RoBERTa-512 config

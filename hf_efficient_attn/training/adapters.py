@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from torch import nn
 
 from ..patching import modules_to_save
+from .args import check_positive_flags
 
 logger = logging.getLogger("hf_efficient_attn.training")
 
@@ -48,8 +49,7 @@ class PeftArguments:
     def __post_init__(self) -> None:
         if self.peft is not None and self.peft not in PEFT_METHODS:
             raise ValueError(f"--peft {self.peft!r}: unknown; allowed: {', '.join(PEFT_METHODS)}")
-        if isinstance(self.lora_r, bool) or not isinstance(self.lora_r, int) or self.lora_r <= 0:
-            raise ValueError(f"--lora_r must be a positive integer, got {self.lora_r!r}")
+        check_positive_flags(self, "lora_r")
         if not self.lora_alpha > 0:
             raise ValueError(f"--lora_alpha must be positive, got {self.lora_alpha!r}")
         if not 0 <= self.lora_dropout < 1:

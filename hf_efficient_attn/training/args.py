@@ -36,6 +36,15 @@ def parse_attn_config(value: str | dict[str, Any] | None) -> dict[str, Any]:
     return value
 
 
+def check_positive_flags(arguments: Any, *flags: str) -> None:
+    """``ValueError`` naming the flag unless each of ``flags`` of ``arguments`` is None or a
+    positive integer (bools and floats refused)."""
+    for flag in flags:
+        value = getattr(arguments, flag)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
+            raise ValueError(f"--{flag} must be a positive integer, got {value!r}")
+
+
 @dataclass
 class ModelArguments:
     """Which checkpoint, tokenizer and attention method to use (``run_mlm.py``'s model flags)."""
@@ -134,10 +143,7 @@ class DataArguments:
             raise ValueError("give a dataset: --dataset_name NAME, or --train_file / --validation_file")
         for flag in ("train_file", "validation_file"):
             check_data_file(flag, getattr(self, flag), self.file_extensions)
-        for flag in ("max_seq_length", "max_train_samples", "max_eval_samples", "preprocessing_num_workers"):
-            value = getattr(self, flag)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
-                raise ValueError(f"--{flag} must be a positive integer, got {value!r}")
+        check_positive_flags(self, "max_seq_length", "max_train_samples", "max_eval_samples", "preprocessing_num_workers")
 
 
 def check_data_file(flag: str, path: str | None, extensions: Sequence[str]) -> None:

@@ -69,6 +69,14 @@ def checkpoint_to_resume(training_args: TrainingArguments) -> str | None:
     return last
 
 
+def require_splits(raw: Any, training_args: TrainingArguments, include_test: bool = False) -> None:
+    """``ValueError`` unless ``raw`` has the split each requested ``--do_*`` stage reads."""
+    stages = {"do_train": "train", "do_eval": "validation", **({"do_predict": "test"} if include_test else {})}
+    for flag, split in stages.items():
+        if getattr(training_args, flag) and split not in raw:
+            raise ValueError(f"--{flag} needs a {split} split: give --{split}_file or a dataset that has one")
+
+
 def load_tokenizer(model_args: ModelArguments) -> PreTrainedTokenizerBase:
     return AutoTokenizer.from_pretrained(
         model_args.tokenizer_name or model_args.model_name_or_path,

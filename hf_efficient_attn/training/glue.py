@@ -35,7 +35,7 @@ from transformers import (
 from .. import AutoModelForSequenceClassification
 from ..long import max_tokens
 from .adapters import PeftArguments, apply_lora
-from .args import DataArguments, ModelArguments, check_data_file, parse_arguments
+from .args import DataArguments, ModelArguments, check_data_file, check_positive_flags, parse_arguments
 from .data import first_rows, load_raw_datasets, mean_length
 from .driver import (
     check_precision,
@@ -43,6 +43,7 @@ from .driver import (
     evaluate_and_save,
     load_model,
     load_tokenizer,
+    require_splits,
     setup_logging,
     summary_line,
     train_and_save,
@@ -149,10 +150,7 @@ class GlueDataArguments(DataArguments):
             check_data_file(flag, getattr(self, flag), self.file_extensions)
         if (self.validation_mismatched_file or self.test_mismatched_file) and self.task_name != "mnli":
             raise ValueError("--validation_mismatched_file / --test_mismatched_file are MNLI's: add --task_name mnli")
-        if self.max_predict_samples is not None and (
-            isinstance(self.max_predict_samples, bool) or self.max_predict_samples <= 0
-        ):
-            raise ValueError(f"--max_predict_samples must be a positive integer, got {self.max_predict_samples!r}")
+        check_positive_flags(self, "max_predict_samples")
 
     def local_files(self) -> dict[str, str | None]:
         """Split name -> local file, for the splits beyond train/validation."""
@@ -303,10 +301,7 @@ def run_glue(
     set_seed(training_args.seed)
 
     raw = load_glue_splits(data_args, model_args.cache_dir, model_args.token)
-    wanted = {"do_train": ["train"], "do_eval": ["validation"], "do_predict": ["test"]}
-    for flag, splits in wanted.items():
-        if getattr(training_args, flag) and not all(split in raw for split in splits):
-            raise ValueError(f"--{flag} needs a {splits[0]} split: give --{splits[0]}_file or a dataset that has one")
+    require_splits(raw, training_args, include_test=True)
     task = GLUE_TASKS[data_args.task_name] if data_args.task_name else None
     names = label_names_of(task, raw.get("train"))
     regression = names is None

@@ -31,6 +31,7 @@ from .driver import (
     evaluate_and_save,
     load_model,
     load_tokenizer,
+    require_splits,
     setup_logging,
     summary_line,
     train_and_save,
@@ -107,9 +108,7 @@ def run_mlm(model_args: ModelArguments, data_args: MLMDataArguments, training_ar
         cache_dir=model_args.cache_dir,
         token=model_args.token,
     )
-    for flag, split in (("--do_train", "train"), ("--do_eval", "validation")):
-        if getattr(training_args, flag[2:]) and split not in raw:
-            raise ValueError(f"{flag} needs a {split} split: give --{split}_file or a dataset that has one")
+    require_splits(raw, training_args)
     column = text_column(raw["train" if training_args.do_train else "validation"], data_args.text_column_name)
     prepare = tokenize_lines if data_args.line_by_line else tokenize_in_blocks
     tokenized = prepare(

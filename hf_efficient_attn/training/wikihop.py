@@ -27,7 +27,7 @@ from transformers import EvalPrediction, Trainer, TrainingArguments, set_seed
 
 from ..candidate_scoring import AutoModelForCandidateScoring
 from ..long import max_tokens
-from .args import DataArguments, ModelArguments, parse_arguments
+from .args import DataArguments, ModelArguments, check_positive_flags, parse_arguments
 from .data import first_rows, mean_length
 from .driver import (
     check_precision,
@@ -35,6 +35,7 @@ from .driver import (
     evaluate_and_save,
     load_model,
     load_tokenizer,
+    require_splits,
     setup_logging,
     summary_line,
     train_and_save,
@@ -82,8 +83,7 @@ class WikiHopDataArguments(DataArguments):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.max_chunks is not None and (isinstance(self.max_chunks, bool) or self.max_chunks <= 0):
-            raise ValueError(f"--max_chunks must be a positive integer, got {self.max_chunks!r}")
+        check_positive_flags(self, "max_chunks")
 
 
 class CandidateAccuracy:
@@ -144,9 +144,7 @@ def run_wikihop(model_args: ModelArguments, data_args: WikiHopDataArguments, tra
         cache_dir=model_args.cache_dir,
         token=model_args.token,
     )
-    for flag, split in (("--do_train", "train"), ("--do_eval", "validation")):
-        if getattr(training_args, flag[2:]) and split not in raw:
-            raise ValueError(f"{flag} needs a {split} split: give --{split}_file or a dataset that has one")
+    require_splits(raw, training_args)
     limits = {"train": data_args.max_train_samples, "validation": data_args.max_eval_samples}
     wanted = {"train": training_args.do_train, "validation": training_args.do_eval}
     raw = DatasetDict({split: first_rows(raw[split], limits[split]) for split in raw if wanted[split]})
