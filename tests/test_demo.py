@@ -1,4 +1,4 @@
-"""The README's main command, end to end on the real checkpoint and real text (slow tier)."""
+"""scripts/demo.py (the attention swap on a real checkpoint), end to end on real text (slow tier)."""
 
 import pytest
 

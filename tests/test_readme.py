@@ -1,0 +1,27 @@
+"""The README's two first commands: CI runs exactly the test command; the main job's script exists."""
+
+import re
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _first_bash_block_after(text: str, heading: str) -> str:
+    match = re.search(re.escape(heading) + r".*?```bash\n(.*?)\n```", text, re.S)
+    assert match, heading
+    return match.group(1).strip()
+
+
+def test_ci_runs_exactly_the_readme_test_command():
+    readme = (REPO / "README.md").read_text()
+    command = _first_bash_block_after(readme, "**Run the tests**")
+    assert "\n" not in command
+    ci_lines = [line.rstrip(" \\") for line in (REPO / ".ci" / "run").read_text().splitlines()]
+    assert command in ci_lines
+
+
+def test_the_main_job_command_runs_a_script_of_this_repository():
+    readme = (REPO / "README.md").read_text()
+    command = _first_bash_block_after(readme, "**Run the main job**")
+    script = re.search(r"python (scripts/\S+\.py)", command).group(1)
+    assert (REPO / script).is_file()
