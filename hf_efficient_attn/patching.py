@@ -26,6 +26,8 @@ from transformers import PreTrainedModel
 # read from the checkpoint); public module, not re-exported at the top level.
 from transformers.initialization import guard_torch_init_functions
 from transformers.models.longformer.modeling_longformer import LongformerSelfAttention
+# Private: the registry that output_hidden_states capture reads per model instance; a class-swapped
+# patched model must be registered or hidden states come back None (no public route in 5.23).
 from transformers.utils.output_capturing import _CAN_RECORD_REGISTRY
 
 from .bridge import check_supported, layer_shape, self_attention_modules
@@ -80,6 +82,7 @@ class EfficientModelMixin:
         """A method name re-patches (default options for a new method), anything else unpatches."""
         requested = attn_implementation
         if isinstance(requested, dict):
+            # Private config field: the attention Transformers runs now (no public getter in 5.23).
             requested = requested.get("", self.config._attn_implementation)
         if requested in list_methods():
             patch_model(self, requested, None if requested != self.config.attn_impl else self.config.attn_config)

@@ -315,8 +315,10 @@ def flex_mra_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, real: 
         *_block_list(partial), *_block_list(dense), BLOCK_SIZE=block_size, mask_mod=mask_mod,
         seq_lengths=(length, k.shape[2]), compute_q_blocks=False,
     )
-    # Triton's default tiles (64-128) must divide the sparse block size; ask for block-sized ones.
+    # Triton's default tiles (64-128) must divide the sparse block size; ask for block-sized ones
+    # (untested here: Triton tiles are powers of two >= 16, so other block sizes may not compile).
     options = {"BLOCK_M": block_size, "BLOCK_N": block_size} if q.device.type == "cuda" else None
+    # Private dynamo config (no public setter for the recompile limit): scoped to this call only.
     with torch._dynamo.config.patch(recompile_limit=FLEX_RECOMPILE_LIMIT):
         return _flex()(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scaling, kernel_options=options)
 
