@@ -9,7 +9,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from transformers import AutoConfig, AutoModelForMaskedLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+import torch
+from transformers import (
+    AutoConfig,
+    AutoModelForMaskedLM,
+    AutoTokenizer,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+)
 
 from .auto import chosen_method
 from .bridge import SELF_ATTENTION_CLASSES
@@ -62,6 +69,7 @@ def convert_to_long(
     config_name: str | None = None,
     tokenizer_name: str | None = None,
     use_fast_tokenizer: bool = True,
+    seed: int = 0,
     **hub_kwargs: Any,
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase, ConversionReport]:
     """Load a checkpoint as a masked-LM model, stretch its position table to ``max_length``
@@ -70,7 +78,8 @@ def convert_to_long(
 
     The method is attached after the extension, so that methods whose parameters are sized by
     the length (Linformer's E, F) get the new length. A checkpoint without an MLM head (e.g. a
-    sentence encoder saved as ``BertModel``) gets a newly initialised head, listed in the report.
+    sentence encoder saved as ``BertModel``) gets a newly initialised head, listed in the report;
+    its initialisation is drawn from ``seed``, so converting twice gives the same model.
     Without ``attn_impl``, the method saved in the checkpoint's config (if any) is kept.
     ``config_name`` / ``tokenizer_name`` load those from elsewhere; ``hub_kwargs``
     (``cache_dir``, ``revision``, ``token``, ``trust_remote_code``) go to
@@ -84,9 +93,11 @@ def convert_to_long(
         )
     name, options = chosen_method(config, attn_impl, attn_config)
     # Plain Transformers loads the weights; the method is attached after the extension (see above).
-    model, loading_info = AutoModelForMaskedLM.from_pretrained(
-        model_name_or_path, config=config, output_loading_info=True, **hub_kwargs
-    )
+    with torch.random.fork_rng():  # a new head's init is seeded; the caller's generator is restored after
+        torch.manual_seed(seed)
+        model, loading_info = AutoModelForMaskedLM.from_pretrained(
+            model_name_or_path, config=config, output_loading_info=True, **hub_kwargs
+        )
     prefix = model.base_model_prefix + "."
     new_head = sorted(k for k in loading_info["missing_keys"] if not k.startswith(prefix))
     tokens_before = max_tokens(config)
@@ -119,6 +130,7 @@ class ConversionArguments:
 
     output_dir: str = field(metadata={"help": "Where to save the long model and its tokenizer."})
     max_length: int = field(default=4096, metadata={"help": "Tokens the position table will take."})
+    seed: int = field(default=0, metadata={"help": "Seed of a newly initialised MLM head (checkpoints without one)."})
 
 
 def main(argv: Sequence[str] | None = None) -> ConversionReport:
@@ -135,6 +147,7 @@ def main(argv: Sequence[str] | None = None) -> ConversionReport:
         config_name=model_args.config_name,
         tokenizer_name=model_args.tokenizer_name,
         use_fast_tokenizer=model_args.use_fast_tokenizer,
+        seed=conversion_args.seed,
         **model_args.hub_kwargs(),
     )
     print("\n".join(report.lines()))

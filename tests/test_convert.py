@@ -119,3 +119,21 @@ def test_extend_position_embeddings_needs_a_positive_integer(bad):
         hea.extend_position_embeddings(model, max_length=bad)
     with pytest.raises(ValueError, match="max_length must be a positive integer"):
         convert_to_long("unused", bad)
+
+
+def test_a_new_head_is_drawn_from_the_seed(tmp_path):
+    """Converting an encoder without an MLM head twice gives the same model (the head's init is
+    seeded), another seed another head."""
+    encoder = str(tmp_path / "encoder")
+    T.AutoModel.from_config(tiny_config()).save_pretrained(encoder)
+    small_tokenizer().save_pretrained(encoder)
+
+    def head(seed):
+        model, _, report = convert_to_long(encoder, LONG, "softmax", seed=seed)
+        assert report.new_head_tensors
+        return model.cls.predictions.transform.dense.weight
+
+    first = head(0)
+    torch.rand(5)  # whatever the caller's random state, the seed decides
+    torch.testing.assert_close(head(0), first, rtol=0, atol=0)
+    assert not torch.equal(head(1), first)
