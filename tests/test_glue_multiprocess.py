@@ -4,11 +4,16 @@ the real MiniLM checkpoint fine-tunes with LoRA through the command-line scripts
 runs them."""
 
 import os
-import sys
 
 import pytest
 from glue_fixtures import write_task_files
-from training_fixtures import read_json, run_script, save_tiny_mlm
+from training_fixtures import (
+    logged_losses,
+    read_json,
+    run_on_two_processes,
+    run_script,
+    save_tiny_mlm,
+)
 
 from hf_efficient_attn.data.minilm import minilm_path
 
@@ -27,10 +32,6 @@ def train_args(model, files, output_dir, per_device_batch):
     ]  # fmt: skip
 
 
-def logged_losses(output_dir):
-    return [e["loss"] for e in read_json(output_dir, "trainer_state.json")["log_history"] if "loss" in e]
-
-
 def test_two_processes_equal_one(tmp_path):
     """Global batch 8: one process of 8 against two of 4 (dropout off, so only the reduction
     order differs). Same examples per step and the loss divided by the step's label count over
@@ -39,13 +40,7 @@ def test_two_processes_equal_one(tmp_path):
     files = write_task_files(str(tmp_path / "data"), "mrpc")
     model = save_tiny_mlm(str(tmp_path / "tiny"), hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
     run_script(train_args(model, files, tmp_path / "one", 8))
-    torchrun = [os.path.join(os.path.dirname(sys.executable), "torchrun"), "--standalone", "--nproc_per_node", "2"]
-    two = run_script(train_args(model, files, tmp_path / "two", 4), launcher=torchrun)
-    assert "process rank 1 of 2" in two.stdout + two.stderr
-    accelerate = [os.path.join(os.path.dirname(sys.executable), "accelerate"), "launch", "--config_file",
-                  "configs/accelerate/cpu-2proc.yaml"]  # fmt: skip
-    launched = run_script(train_args(model, files, tmp_path / "accelerate", 4), launcher=accelerate)
-    assert "process rank 1 of 2" in launched.stdout + launched.stderr
+    run_on_two_processes(lambda output_dir: train_args(model, files, output_dir, 4), str(tmp_path))
 
     one = read_json(tmp_path / "one", "all_results.json")
     predictions = (tmp_path / "one" / "predict_results_mrpc.txt").read_text()

@@ -2,12 +2,17 @@
 and under `accelerate launch` with configs/accelerate/cpu-2proc.yaml; the real MiniLM checkpoint
 stretched to 1024 tokens trains through the command-line scripts."""
 
-import os
 import shutil
-import sys
 
 import pytest
-from training_fixtures import read_json, run_script, save_tiny_mlm, write_news_files
+from training_fixtures import (
+    logged_losses,
+    read_json,
+    run_on_two_processes,
+    run_script,
+    save_tiny_mlm,
+    write_news_files,
+)
 
 from hf_efficient_attn.data.minilm import minilm_path
 
@@ -25,10 +30,6 @@ def train_args(model, train, validation, output_dir, per_device_batch):
     ]  # fmt: skip
 
 
-def logged_losses(output_dir):
-    return [e["loss"] for e in read_json(output_dir, "trainer_state.json")["log_history"] if "loss" in e]
-
-
 def test_two_processes_equal_one(tmp_path):
     """Global batch 8: one process of 8 against two of 4. Same examples and masks per step, the
     loss divided by the step's masked-token count over both processes: the logged training loss
@@ -36,13 +37,7 @@ def test_two_processes_equal_one(tmp_path):
     train, validation = write_news_files(str(tmp_path))
     model = save_tiny_mlm(str(tmp_path / "tiny"))
     run_script(train_args(model, train, validation, tmp_path / "one", 8))
-    torchrun = [os.path.join(os.path.dirname(sys.executable), "torchrun"), "--standalone", "--nproc_per_node", "2"]
-    two = run_script(train_args(model, train, validation, tmp_path / "two", 4), launcher=torchrun)
-    assert "process rank 1 of 2" in two.stdout + two.stderr
-    accelerate = [os.path.join(os.path.dirname(sys.executable), "accelerate"), "launch", "--config_file",
-                  "configs/accelerate/cpu-2proc.yaml"]  # fmt: skip
-    launched = run_script(train_args(model, train, validation, tmp_path / "accelerate", 4), launcher=accelerate)
-    assert "process rank 1 of 2" in launched.stdout + launched.stderr
+    run_on_two_processes(lambda output_dir: train_args(model, train, validation, output_dir, 4), str(tmp_path))
 
     one_losses = logged_losses(tmp_path / "one")
     one = read_json(tmp_path / "one", "all_results.json")

@@ -1,11 +1,9 @@
 """Slow tier: WikiHop fine-tuning on two real CPU processes (gloo) equals one process with the
 same global batch, under torchrun and under `accelerate launch` with configs/accelerate/cpu-2proc.yaml."""
 
-import os
-import sys
 
 import pytest
-from training_fixtures import read_json, run_script
+from training_fixtures import logged_losses, read_json, run_on_two_processes, run_script
 from wikihop_fixtures import save_tiny_encoder, write_files
 
 pytestmark = pytest.mark.slow
@@ -22,10 +20,6 @@ def train_args(model, train, dev, output_dir, per_device_batch):
     ]  # fmt: skip
 
 
-def logged_losses(output_dir):
-    return [e["loss"] for e in read_json(output_dir, "trainer_state.json")["log_history"] if "loss" in e]
-
-
 def test_two_processes_equal_one(tmp_path):
     """Global batch 8: one process of 8 against two of 4, dropout off, so both see the same examples
     per step and compute the same loss: the logged losses (not doubled), the evaluation and
@@ -35,13 +29,7 @@ def test_two_processes_equal_one(tmp_path):
     train, dev = write_files(str(tmp_path), dev=6)
     model = save_tiny_encoder(str(tmp_path / "tiny"), hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
     run_script(train_args(model, train, dev, tmp_path / "one", 8))
-    torchrun = [os.path.join(os.path.dirname(sys.executable), "torchrun"), "--standalone", "--nproc_per_node", "2"]
-    two = run_script(train_args(model, train, dev, tmp_path / "two", 4), launcher=torchrun)
-    assert "process rank 1 of 2" in two.stdout + two.stderr
-    accelerate = [os.path.join(os.path.dirname(sys.executable), "accelerate"), "launch", "--config_file",
-                  "configs/accelerate/cpu-2proc.yaml"]  # fmt: skip
-    launched = run_script(train_args(model, train, dev, tmp_path / "accelerate", 4), launcher=accelerate)
-    assert "process rank 1 of 2" in launched.stdout + launched.stderr
+    run_on_two_processes(lambda output_dir: train_args(model, train, dev, output_dir, 4), str(tmp_path))
 
     one_losses = logged_losses(tmp_path / "one")
     one = read_json(tmp_path / "one", "all_results.json")

@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+from typing import Callable
 
 import transformers as T
 
@@ -78,3 +79,24 @@ def run_script(args: list[str], launcher: list[str] | None = None, timeout: int 
     if result.returncode != 0:
         raise AssertionError(f"{' '.join(command)} failed:\n{result.stdout[-4000:]}\n{result.stderr[-6000:]}")
     return result
+
+
+#: Two gloo CPU processes, each launcher keyed by the output folder the tests give it.
+TWO_PROCESS_LAUNCHERS = {
+    "two": [os.path.join(os.path.dirname(sys.executable), "torchrun"), "--standalone", "--nproc_per_node", "2"],
+    "accelerate": [os.path.join(os.path.dirname(sys.executable), "accelerate"), "launch", "--config_file",
+                   "configs/accelerate/cpu-2proc.yaml"],
+}  # fmt: skip
+
+
+def run_on_two_processes(args_for: Callable[[str], list[str]], folder) -> None:
+    """Run the script ``args_for(output_dir)`` under torchrun and under ``accelerate launch``, into
+    ``folder``/two and ``folder``/accelerate; each run must have started a second process."""
+    for name, launcher in TWO_PROCESS_LAUNCHERS.items():
+        result = run_script(args_for(os.path.join(folder, name)), launcher=launcher)
+        assert "process rank 1 of 2" in result.stdout + result.stderr, name
+
+
+def logged_losses(output_dir) -> list[float]:
+    """The training losses Trainer logged, in order."""
+    return [e["loss"] for e in read_json(output_dir, "trainer_state.json")["log_history"] if "loss" in e]
