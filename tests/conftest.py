@@ -11,3 +11,15 @@ import torch  # noqa: E402
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
+
+
+@pytest.fixture
+def training_steps(monkeypatch):
+    """A list that grows by one for every optimisation step Trainer runs (resume tests count the
+    steps a resumed run trains, so that a silent restart fails them)."""
+    from transformers import Trainer
+
+    steps = []
+    training_step = Trainer.training_step
+    monkeypatch.setattr(Trainer, "training_step", lambda self, *a, **k: steps.append(1) or training_step(self, *a, **k))
+    return steps

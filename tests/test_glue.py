@@ -255,19 +255,14 @@ def test_mnli_reports_matched_and_mismatched(workspace, tmp_path):
         assert [v for _, v in submitted] == [MNLI_NAMES[p] for p in predictions]
 
 
-def test_resume_equals_uninterrupted(workspace, tmp_path, monkeypatch):
+def test_resume_equals_uninterrupted(workspace, tmp_path, training_steps):
     """Six steps with a checkpoint at step 3; a rerun in a folder holding only checkpoint-3
     trains the 3 remaining steps and ends with the same eval loss as the run that never stopped."""
-    from transformers import Trainer
-
-    steps = []
-    training_step = Trainer.training_step
-    monkeypatch.setattr(Trainer, "training_step", lambda self, *a, **k: steps.append(1) or training_step(self, *a, **k))
     whole = run(workspace, "cola", tmp_path / "whole", save_steps=3)
-    assert len(steps) == 6
+    assert len(training_steps) == 6
     shutil.copytree(tmp_path / "whole" / "checkpoint-3", tmp_path / "resumed" / "checkpoint-3")
     resumed = run(workspace, "cola", tmp_path / "resumed", save_steps=3)
-    assert len(steps) == 6 + 3
+    assert len(training_steps) == 6 + 3
     assert resumed["eval_loss"] == pytest.approx(whole["eval_loss"], rel=1e-6)
     assert resumed["eval_matthews_correlation"] == whole["eval_matthews_correlation"]
 

@@ -212,22 +212,17 @@ def test_tiny_run_learns_and_writes_what_run_mlm_writes(workspace, tmp_path, cap
     assert eval_only["eval_loss"] == pytest.approx(results["eval_loss"], rel=1e-6)  # reloads as the same model
 
 
-def test_resume_equals_uninterrupted(workspace, tmp_path, monkeypatch):
+def test_resume_equals_uninterrupted(workspace, tmp_path, training_steps):
     """7 steps of 8 blocks over a 20-block set (3 steps per epoch); resuming from step 4 (mid-epoch 2)
     trains the 3 remaining steps and reaches the same eval loss as the run that never stopped."""
-    from transformers import Trainer
-
-    steps = []
-    training_step = Trainer.training_step
-    monkeypatch.setattr(Trainer, "training_step", lambda self, *a, **k: steps.append(1) or training_step(self, *a, **k))
     common = ["--do_train", "--do_eval", "--max_steps", "7", "--per_device_train_batch_size", "8",
               "--max_train_samples", "20", "--save_steps", "4"]  # fmt: skip
     whole = run(workspace, tmp_path / "whole", *common)
-    assert len(steps) == 7
+    assert len(training_steps) == 7
     resumed_dir = tmp_path / "resumed"
     shutil.copytree(tmp_path / "whole" / "checkpoint-4", resumed_dir / "checkpoint-4")
     resumed = run(workspace, resumed_dir, *common)  # finds checkpoint-4 in output_dir and resumes
-    assert len(steps) == 7 + 3  # resumed, not restarted
+    assert len(training_steps) == 7 + 3  # resumed, not restarted
     assert resumed["epoch"] == whole["epoch"] > 2
     assert resumed["eval_loss"] == pytest.approx(whole["eval_loss"], rel=1e-6, abs=0)
     assert resumed["eval_accuracy"] == whole["eval_accuracy"]

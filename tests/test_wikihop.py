@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from datasets import Dataset
 from sklearn.metrics import accuracy_score
 from tiny import ARCHITECTURES
-from transformers import AutoTokenizer, EvalPrediction, RobertaForMaskedLM, Trainer
+from transformers import AutoTokenizer, EvalPrediction, RobertaForMaskedLM
 from wikihop_fixtures import SHORT, real_or_skip, save_tiny_encoder, tiny_config, tokenizer, write_files
 
 import hf_efficient_attn as hea
@@ -381,21 +381,18 @@ def test_tiny_run_writes_results_and_predictions_and_reloads(workspace, tmp_path
     assert again["eval_accuracy"] == results["eval_accuracy"]
 
 
-def test_resume_equals_uninterrupted(workspace, tmp_path, monkeypatch):
+def test_resume_equals_uninterrupted(workspace, tmp_path, training_steps):
     """6 steps of 4 over 12 examples (3 steps per epoch); resuming from step 3 trains the 3 remaining
     steps and reaches the same evaluation as the run that never stopped (dropout on: Trainer
     restores the RNG states)."""
-    steps = []
-    training_step = Trainer.training_step
-    monkeypatch.setattr(Trainer, "training_step", lambda self, *a, **k: steps.append(1) or training_step(self, *a, **k))
     common = ["--do_train", "--do_eval", "--max_steps", "6", "--max_train_samples", "12", "--save_steps", "3",
               "--attn_impl", "mra2", "--max_seq_length", "64"]  # fmt: skip
     whole = run(workspace, tmp_path / "whole", *common)
-    assert len(steps) == 6
+    assert len(training_steps) == 6
     resumed_dir = tmp_path / "resumed"
     shutil.copytree(tmp_path / "whole" / "checkpoint-3", resumed_dir / "checkpoint-3")
     resumed = run(workspace, resumed_dir, *common)  # finds checkpoint-3 in output_dir and resumes
-    assert len(steps) == 6 + 3  # resumed, not restarted
+    assert len(training_steps) == 6 + 3  # resumed, not restarted
     assert resumed["epoch"] == whole["epoch"] == 2
     assert resumed["eval_loss"] == pytest.approx(whole["eval_loss"], rel=1e-6, abs=0)
     assert resumed["eval_accuracy"] == whole["eval_accuracy"]
