@@ -69,6 +69,16 @@ def checkpoint_to_resume(training_args: TrainingArguments) -> str | None:
     return last
 
 
+def start_run(training_args: TrainingArguments) -> str | None:
+    """What every training script does first, as Transformers' examples do: logging, the
+    precision check, the checkpoint to resume from (returned) and the seed."""
+    setup_logging(training_args)
+    check_precision(training_args)
+    checkpoint = checkpoint_to_resume(training_args)
+    transformers.set_seed(training_args.seed)
+    return checkpoint
+
+
 def require_splits(raw: Any, training_args: TrainingArguments, include_test: bool = False) -> None:
     """``ValueError`` unless ``raw`` has the split each requested ``--do_*`` stage reads."""
     stages = {"do_train": "train", "do_eval": "validation", **({"do_predict": "test"} if include_test else {})}

@@ -29,7 +29,6 @@ from transformers import (
     Trainer,
     TrainingArguments,
     default_data_collator,
-    set_seed,
 )
 
 from .. import AutoModelForSequenceClassification
@@ -38,13 +37,11 @@ from .adapters import PeftArguments, apply_lora
 from .args import DataArguments, ModelArguments, check_data_file, check_positive_flags, parse_arguments
 from .data import first_rows, load_raw_datasets, mean_length
 from .driver import (
-    check_precision,
-    checkpoint_to_resume,
     evaluate_and_save,
     load_model,
     load_tokenizer,
     require_splits,
-    setup_logging,
+    start_run,
     summary_line,
     train_and_save,
 )
@@ -295,10 +292,7 @@ def run_glue(
     training_args: TrainingArguments,
 ) -> dict:
     """Tokenise, fine-tune, evaluate, predict and save as ``run_glue.py``; returns all metrics."""
-    setup_logging(training_args)
-    check_precision(training_args)
-    checkpoint = checkpoint_to_resume(training_args)
-    set_seed(training_args.seed)
+    checkpoint = start_run(training_args)
 
     raw = load_glue_splits(data_args, model_args.cache_dir, model_args.token)
     require_splits(raw, training_args, include_test=True)

@@ -18,7 +18,6 @@ from transformers import (
     DataCollatorForTokenClassification,
     Trainer,
     TrainingArguments,
-    set_seed,
 )
 
 from .. import AutoModelForMaskedLM
@@ -26,13 +25,11 @@ from ..long import max_tokens
 from .args import DataArguments, ModelArguments, parse_arguments
 from .data import first_rows, load_raw_datasets, mean_length, text_column, tokenize_in_blocks, tokenize_lines
 from .driver import (
-    check_precision,
-    checkpoint_to_resume,
     evaluate_and_save,
     load_model,
     load_tokenizer,
     require_splits,
-    setup_logging,
+    start_run,
     summary_line,
     train_and_save,
 )
@@ -83,15 +80,12 @@ def block_length(data_args: MLMDataArguments, tokenizer_limit: int, model_limit:
 
 def run_mlm(model_args: ModelArguments, data_args: MLMDataArguments, training_args: TrainingArguments) -> dict:
     """Tokenise, train, evaluate and save as ``run_mlm.py``; returns all metrics."""
-    setup_logging(training_args)
-    check_precision(training_args)
     if training_args.dataloader_persistent_workers and training_args.dataloader_num_workers > 0:
         raise ValueError(
             "--dataloader_persistent_workers keeps each worker's copy of the training set, so the masks would not "
             "change between epochs; leave it off"
         )
-    checkpoint = checkpoint_to_resume(training_args)
-    set_seed(training_args.seed)
+    checkpoint = start_run(training_args)
 
     tokenizer = load_tokenizer(model_args)
     model = load_model(model_args, AutoModelForMaskedLM)

@@ -23,20 +23,18 @@ from typing import ClassVar
 
 import numpy as np
 from datasets import DatasetDict
-from transformers import EvalPrediction, Trainer, TrainingArguments, set_seed
+from transformers import EvalPrediction, Trainer, TrainingArguments
 
 from ..candidate_scoring import AutoModelForCandidateScoring
 from ..long import max_tokens
 from .args import DataArguments, ModelArguments, check_positive_flags, parse_arguments
 from .data import first_rows, mean_length
 from .driver import (
-    check_precision,
-    checkpoint_to_resume,
     evaluate_and_save,
     load_model,
     load_tokenizer,
     require_splits,
-    setup_logging,
+    start_run,
     summary_line,
     train_and_save,
 )
@@ -116,15 +114,12 @@ def write_predictions(
 
 def run_wikihop(model_args: ModelArguments, data_args: WikiHopDataArguments, training_args: TrainingArguments) -> dict:
     """Tokenise, train, evaluate and save; returns all metrics."""
-    setup_logging(training_args)
-    check_precision(training_args)
     if training_args.do_predict:
         raise ValueError(
             "--do_predict is not supported: WikiHop's test answers are hidden; --do_eval on a file writes "
             f"{PREDICTIONS_FILE} for its examples"
         )
-    checkpoint = checkpoint_to_resume(training_args)
-    set_seed(training_args.seed)
+    checkpoint = start_run(training_args)
 
     tokenizer = load_tokenizer(model_args)
     added = add_markers(tokenizer)
