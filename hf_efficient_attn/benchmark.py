@@ -13,12 +13,18 @@ Two benchmarks, each a table (markdown + csv), the raw measurements (json) and a
   ``model_step.{md,csv,json,png}``.
 
 A method is given as ``NAME`` or ``NAME:OPTION=VALUE,...`` (e.g. ``mra2:backend=flex``).
-Time is the median of ``--repeats`` calls after one warm-up call (which also compiles compiled
-kernels and allocates the optimizer state). Peak memory is what one more call needs beyond the
-memory live before it (inputs, weights, optimizer state, accumulated gradients): on CUDA the rise
-of ``max_memory_allocated``; on CPU the rise of the resident set's high-water mark over the
-resident size before the call, with glibc's mmap threshold fixed at 128 KiB for that call so that
-freed tensors leave the resident set (otherwise the peak measures what the allocator keeps).
+A process times the median of ``--repeats`` calls after one warm-up call (which also compiles
+compiled kernels and allocates the optimizer state). With ``--rounds`` R > 1 every time is taken
+R times, each round measuring every job once in turn, and the median is reported; ratios (speed-up,
+time over the floor) are the medians of the per-round ratios, so that a machine whose speed
+drifts during the run slows both sides of a ratio alike (``--model`` defaults to 3 rounds of one
+timed step). The attention step back-propagates a fixed random gradient of the output, dense
+like a real model's (``out.sum()`` would hand the methods a broadcast one). Peak memory is what
+one more call needs beyond the memory live before it (inputs, weights, optimizer state,
+accumulated gradients): on CUDA the rise of ``max_memory_allocated``; on CPU the rise of the
+resident set's high-water mark over the resident size before the call, with glibc's mmap
+threshold fixed at 128 KiB for that call so that freed tensors leave the resident set (otherwise
+the peak measures what the allocator keeps).
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ import subprocess
 import sys
 import textwrap
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -57,9 +63,19 @@ class Measurement:
     method: str  # the method spec, e.g. "mra2" or "mra2:backend=flex"
     seq_len: int
     mode: str  # "forward", "forward+backward" or "train step"
-    seconds: float
+    seconds: float  # median over the rounds
     peak_mb: float
-    pids: list[int]  # the fresh processes that measured the time and the memory
+    pids: list[int]  # the fresh processes that measured the time (one per round) and the memory
+    round_seconds: list[float] = field(default_factory=list)  # the time measured in each round
+
+
+def time_ratio(mine: Measurement, other: Measurement) -> float:
+    """``mine``'s time over ``other``'s: the median of the per-round ratios when both were measured
+    in the same rounds (a machine whose speed drifts between rounds then slows both alike), else
+    the ratio of their times."""
+    if len(mine.round_seconds) == len(other.round_seconds) > 1:
+        return statistics.median(a / b for a, b in zip(mine.round_seconds, other.round_seconds))
+    return mine.seconds / other.seconds
 
 
 def parse_method_spec(spec: str) -> tuple[str, dict[str, Any]]:
@@ -83,7 +99,8 @@ def parse_method_spec(spec: str) -> tuple[str, dict[str, Any]]:
 
 def attention_step(spec: str, seq_len: int, backward: bool, *, batch: int = 1, heads: int = 12, head_dim: int = 64,
                    device: str = "cpu", dtype: str = "fp32") -> Callable[[], None]:
-    """One attention call of method ``spec`` on random q, k, v (B, H, N, D), with backward if asked."""
+    """One attention call of method ``spec`` on random q, k, v (B, H, N, D), with backward (of a
+    fixed random output gradient) if asked."""
     dev, torch_dtype = torch.device(device), DTYPES[dtype]
     name, options = parse_method_spec(spec)
     module = build_method(name, options, AttentionShape(heads, head_dim, max(seq_len, 4096))).to(dev, torch_dtype)
@@ -91,12 +108,13 @@ def attention_step(spec: str, seq_len: int, backward: bool, *, batch: int = 1, h
     q, k, v = (torch.randn(batch, heads, seq_len, head_dim, device=dev, dtype=torch_dtype) for _ in range(3))
     for t in (q, k, v):
         t.requires_grad_(backward)
+    grad_out = torch.randn_like(q)
 
     def step() -> None:
         with torch.set_grad_enabled(backward):
             out = module(q, k, v, None, head_dim**-0.5)
             if backward:
-                out.sum().backward()
+                out.backward(grad_out)
 
     return step
 
@@ -221,23 +239,57 @@ def _worker(request: dict[str, Any]) -> float:
     return median_seconds(step, device, repeats) if what == "time" else call_peak_mb(step, device)
 
 
-def measure_in_subprocesses(kind: str, repeats: int = 3, threads: int | None = None, **request: Any) -> Measurement:
-    """Time and peak memory of one step (``kind`` "attention": :func:`attention_step`, "model":
-    :func:`model_step`), each in a fresh interpreter, so that no measurement shares memory,
-    caches or compiled kernels with another."""
-    results, pids = {}, []
-    for what in ("time", "memory"):
-        job = json.dumps({"kind": kind, "measure": what, "repeats": repeats, "threads": threads, **request})
-        done = subprocess.run([sys.executable, "-m", "hf_efficient_attn.benchmark", "--worker", job],
-                              capture_output=True, text=True, check=False)
-        if done.returncode != 0:
-            raise RuntimeError(f"{kind} benchmark ({what}) of {request['spec']} at n={request['seq_len']} failed:\n"
-                               f"{done.stderr[-2000:]}")
-        answer = json.loads(done.stdout.strip().splitlines()[-1])
-        results[what] = answer["value"]
-        pids.append(answer["pid"])
-    mode = "train step" if kind == "model" else ("forward+backward" if request["backward"] else "forward")
-    return Measurement(request["spec"], request["seq_len"], mode, results["time"], results["memory"], pids)
+def measure_in_fresh_process(what: str, kind: str, repeats: int = 3, threads: int | None = None,
+                             **request: Any) -> tuple[float, int]:
+    """(value, pid): the time (``what`` "time") or peak memory ("memory") of one step (``kind``
+    "attention": :func:`attention_step`, "model": :func:`model_step`) in a fresh interpreter, so
+    that no measurement shares memory, caches or compiled kernels with another."""
+    job = json.dumps({"kind": kind, "measure": what, "repeats": repeats, "threads": threads, **request})
+    done = subprocess.run([sys.executable, "-m", "hf_efficient_attn.benchmark", "--worker", job],
+                          capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"{kind} benchmark ({what}) of {request['spec']} at n={request['seq_len']} failed:\n"
+                           f"{done.stderr[-2000:]}")
+    answer = json.loads(done.stdout.strip().splitlines()[-1])
+    return answer["value"], answer["pid"]
+
+
+def measure_all(jobs: list[dict[str, Any]], rounds: int = 1) -> list[Measurement]:
+    """Every job's time in each of ``rounds`` rounds (a round measures every job once, in turn) and
+    its peak memory once, each in a fresh process; a job whose process fails is skipped."""
+    times: list[list[float]] = [[] for _ in jobs]
+    pids: list[list[int]] = [[] for _ in jobs]
+    peaks: list[float] = [0.0] * len(jobs)
+    failed: set[int] = set()
+    progress = tqdm(total=len(jobs) * rounds, desc="benchmark", unit="run")
+    for round_index in range(rounds):
+        for i, job in enumerate(jobs):
+            progress.update()
+            if i in failed:
+                continue
+            progress.set_postfix_str(f"{job['spec']} n={job['seq_len']} round {round_index + 1}/{rounds}")
+            try:
+                seconds, pid = measure_in_fresh_process("time", **job)
+                times[i].append(seconds)
+                pids[i].append(pid)
+                if round_index == 0:
+                    peaks[i], pid = measure_in_fresh_process("memory", **job)
+                    pids[i].append(pid)
+            except RuntimeError as error:
+                failed.add(i)
+                tqdm.write(f"skipped: {error}", file=sys.stderr)
+                continue
+            tqdm.write(f"{job['spec']:24s} n={job['seq_len']:6d} round {round_index + 1}: "
+                       f"{seconds * 1000:10.1f} ms {peaks[i]:9.1f} MB")
+    progress.close()
+    return [
+        Measurement(job["spec"], job["seq_len"], _mode(job), statistics.median(times[i]), peaks[i], pids[i], times[i])
+        for i, job in enumerate(jobs) if i not in failed
+    ]
+
+
+def _mode(job: dict[str, Any]) -> str:
+    return "train step" if job["kind"] == "model" else ("forward+backward" if job["backward"] else "forward")
 
 
 # ----------------------------------------------------------------------------- tables and plots
@@ -257,7 +309,7 @@ def attention_table(measurements: list[Measurement]) -> list[dict[str, Any]]:
                 row[f"{tag}_ms"] = round(mine.seconds * 1000, 1)
                 row[f"{tag}_peak_mb"] = round(mine.peak_mb, 1)
                 if ref is not None:
-                    row[f"{tag}_speedup"] = round(ref.seconds / mine.seconds, 2)
+                    row[f"{tag}_speedup"] = round(time_ratio(ref, mine), 2)
                     row[f"{tag}_mem_ratio"] = round(ref.peak_mb / max(mine.peak_mb, 1e-3), 2)
             rows.append(row)
     return rows
@@ -277,9 +329,9 @@ def model_step_table(measurements: list[Measurement], batch: int = 1) -> list[di
             row: dict[str, Any] = {"n": seq_len, "method": method, "step_s": round(mine.seconds, 3),
                                    "tokens_per_s": round(batch * seq_len / mine.seconds)}
             if ref is not None:
-                row["speedup_vs_sdpa"] = round(ref.seconds / mine.seconds, 2)
+                row["speedup_vs_sdpa"] = round(time_ratio(ref, mine), 2)
             if floor is not None:
-                row["time_over_vmean_floor"] = f"{(mine.seconds / floor.seconds - 1) * 100:+.0f}%"
+                row["time_over_vmean_floor"] = f"{(time_ratio(mine, floor) - 1) * 100:+.0f}%"
             row["peak_mb"] = round(mine.peak_mb)
             if ref is not None:
                 row["peak_vs_sdpa"] = round(mine.peak_mb / max(ref.peak_mb, 1e-3), 2)
@@ -342,22 +394,6 @@ def _write(rows: list[dict[str, Any]], measurements: list[Measurement], out: Pat
     plot(measurements, out / f"{stem}.png", title)
 
 
-def _measure_all(jobs: list[dict[str, Any]]) -> list[Measurement]:
-    measurements = []
-    progress = tqdm(jobs, desc="benchmark", unit="run")
-    for job in progress:
-        progress.set_postfix_str(f"{job['spec']} n={job['seq_len']}")
-        try:
-            result = measure_in_subprocesses(**job)
-        except RuntimeError as error:
-            tqdm.write(f"skipped: {error}", file=sys.stderr)
-            continue
-        measurements.append(result)
-        tqdm.write(f"{result.method:24s} n={result.seq_len:6d} {result.mode:17s} "
-                   f"{result.seconds * 1000:10.1f} ms {result.peak_mb:9.1f} MB")
-    return measurements
-
-
 def _setting(args: argparse.Namespace) -> str:
     threads = f", {args.threads or torch.get_num_threads()} CPU threads" if args.device == "cpu" else ""
     return f"{args.device}{threads}, {args.dtype}, torch {torch.__version__}"
@@ -371,7 +407,7 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
         specs = [MODEL_REFERENCE, MODEL_FLOOR] + [s for s in args.methods if s not in (MODEL_REFERENCE, MODEL_FLOOR)]
         jobs = [dict(kind="model", spec=s, seq_len=n, layers=args.layers, vocab_size=args.vocab_size, **common)
                 for n in args.seq_lens for s in specs]
-        measurements = _measure_all(jobs)
+        measurements = measure_all(jobs, args.rounds)
         rows = model_step_table(measurements, args.batch)
         title = (f"Training step (MLM forward + backward + AdamW) of a roberta-base-width encoder, {args.layers} "
                  f"layer(s), vocabulary {args.vocab_size}, batch {args.batch}; {_setting(args)}")
@@ -381,7 +417,7 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
         modes = [False] if args.forward_only else [False, True]
         jobs = [dict(kind="attention", spec=s, seq_len=n, backward=b, heads=args.heads, head_dim=args.head_dim, **common)
                 for s in specs for n in args.seq_lens for b in modes]
-        measurements = _measure_all(jobs)
+        measurements = measure_all(jobs, args.rounds)
         rows = attention_table(measurements)
         title = (f"Attention call, batch {args.batch}, {args.heads} heads, head_dim {args.head_dim}; "
                  f"{_setting(args)}")
@@ -414,7 +450,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", choices=["cpu", "cuda"])
     p.add_argument("--dtype", default="fp32", choices=list(DTYPES),
                    help="attention: the dtype of q, k, v; --model: autocast dtype (fp32 = none)")
-    p.add_argument("--repeats", type=int, default=3, help="timed calls after one warm-up; the median is reported")
+    p.add_argument("--repeats", type=int,
+                   help="timed calls per process after one warm-up, their median kept; default: 3, with --model: 1")
+    p.add_argument("--rounds", type=int,
+                   help="times every measurement is taken, each time in a new process, the jobs in turn; the "
+                        "median is reported, ratios are medians of per-round ratios; default: 1, with --model: 3")
     p.add_argument("--threads", type=int, help="CPU threads of each measuring process (default: torch's default)")
     p.add_argument("--forward-only", action="store_true", help="attention benchmark only")
     p.add_argument("--out-dir", default="outputs/benchmark")
@@ -432,7 +472,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error("--forward-only applies to the attention benchmark, not to --model (a training step)")
     if args.device == "cuda" and not torch.cuda.is_available():
         p.error("--device cuda: no CUDA device is available")
-    for name in ("batch", "heads", "head_dim", "layers", "vocab_size", "repeats", "threads"):
+    if args.repeats is None:
+        args.repeats = 1 if args.model else 3
+    if args.rounds is None:
+        args.rounds = 3 if args.model else 1
+    for name in ("batch", "heads", "head_dim", "layers", "vocab_size", "repeats", "rounds", "threads"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be a positive integer, got {getattr(args, name)}")
     if args.seq_lens is None:
