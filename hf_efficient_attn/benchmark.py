@@ -264,8 +264,8 @@ def measure_all(jobs: list[dict[str, Any]], rounds: int = 1) -> list[Measurement
     progress = tqdm(total=len(jobs) * rounds, desc="benchmark", unit="run")
     for round_index in range(rounds):
         for i, job in enumerate(jobs):
-            progress.update()
             if i in failed:
+                progress.update()
                 continue
             progress.set_postfix_str(f"{job['spec']} n={job['seq_len']} round {round_index + 1}/{rounds}")
             try:
@@ -275,12 +275,12 @@ def measure_all(jobs: list[dict[str, Any]], rounds: int = 1) -> list[Measurement
                 if round_index == 0:
                     peaks[i], pid = measure_in_fresh_process("memory", **job)
                     pids[i].append(pid)
+                tqdm.write(f"{job['spec']:24s} n={job['seq_len']:6d} round {round_index + 1}: "
+                           f"{seconds * 1000:10.1f} ms {peaks[i]:9.1f} MB")
             except RuntimeError as error:
                 failed.add(i)
                 tqdm.write(f"skipped: {error}", file=sys.stderr)
-                continue
-            tqdm.write(f"{job['spec']:24s} n={job['seq_len']:6d} round {round_index + 1}: "
-                       f"{seconds * 1000:10.1f} ms {peaks[i]:9.1f} MB")
+            progress.update()
     progress.close()
     return [
         Measurement(job["spec"], job["seq_len"], _mode(job), statistics.median(times[i]), peaks[i], pids[i], times[i])
