@@ -41,7 +41,8 @@ from torch.autograd.function import once_differentiable
 CHUNK_KEY_BLOCKS = {"cpu": 256, "cuda": 4096}
 
 
-def chunk_blocks(device: torch.device) -> int:
+def chunk_size_for(device: torch.device) -> int:
+    """Partner blocks per chunk on ``device`` (:data:`CHUNK_KEY_BLOCKS`)."""
     return CHUNK_KEY_BLOCKS.get(device.type, CHUNK_KEY_BLOCKS["cuda"])
 
 
@@ -155,7 +156,7 @@ class BlockSparseAttention(torch.autograd.Function):
         # Key block-major (FlashAttention-2's dK/dV pass): each chunk holds key blocks that are
         # selected by the same number c of query blocks, so dK and dV of a key block come out of one
         # bmm each over its c * b query rows and are written once; only dQ is accumulated.
-        plan = plan_blocks(selected.transpose(-1, -2), chunk_blocks(q.device))
+        plan = plan_blocks(selected.transpose(-1, -2), chunk_size_for(q.device))
         grad_k.index_fill_(0, plan.empty_rows, 0.0)
         grad_v.index_fill_(0, plan.empty_rows, 0.0)
         for chunk in plan.chunks:
@@ -202,7 +203,7 @@ def block_sparse_attention(
     selected block must hold one. Rows with neither a selected block nor an extra key are 0.
     Returns blocks (B, H, nb, b, D)."""
     batch, heads, nb, block_size, dim = q.shape
-    plan = plan_blocks(selected, chunk_blocks(q.device))
+    plan = plan_blocks(selected, chunk_size_for(q.device))
     key_padding = None if key_real is None or bool(key_real.all()) else ~key_real.reshape(batch * nb, block_size)
     if extra_score is not None:
         extra_value, extra_score = extra_value.reshape(-1, dim).to(q.dtype), extra_score.reshape(-1).to(q.dtype)
