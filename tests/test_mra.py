@@ -314,10 +314,10 @@ def block_sparse_case(extra: bool, batch=2, heads=2, bs=4, nb=6, dim=5):
 
 
 @pytest.mark.parametrize("extra", [True, False], ids=["extra-key", "selected-only"])
-@pytest.mark.parametrize("chunk_key_blocks", [1, 5, 4096])
+@pytest.mark.parametrize("chunk_blocks", [1, 5, 4096])
 def test_block_sparse_attention_and_its_backward_match_autograd_through_a_dense_reference(
-        extra, chunk_key_blocks, monkeypatch):
-    monkeypatch.setitem(block_sparse.CHUNK_KEY_BLOCKS, "cpu", chunk_key_blocks)
+        extra, chunk_blocks, monkeypatch):
+    monkeypatch.setitem(block_sparse.CHUNK_BLOCKS, "cpu", chunk_blocks)
     case = block_sparse_case(extra)
     inputs = [t for t in case if isinstance(t, torch.Tensor) and t.is_floating_point()]
     for t in inputs:

@@ -9,7 +9,7 @@ extra score] is exactly the log-sum-exp merge of the two parts (Alg. 2, eq. 14).
 Computation (flash attention's scheme, in plain PyTorch so that one code runs on CPU and CUDA):
 
 - Forward, query block-major: query blocks are grouped by their number c of selected key blocks
-  and cut into chunks of at most ``CHUNK_KEY_BLOCKS`` key blocks; a chunk of G query blocks is
+  and cut into chunks of at most ``CHUNK_BLOCKS`` key blocks; a chunk of G query blocks is
   one ``bmm`` of their gathered (G, c * b, d) keys against their (G, b, d) queries, so every
   row's softmax is an ordinary softmax over one dimension and no segment reduction is needed.
 - The forward keeps only the output and the per-row log-sum-exp; the backward gathers the
@@ -38,12 +38,12 @@ from torch.autograd.function import once_differentiable
 #: fastest (fwd+bwd at 4096 / 16384 tokens, 2 threads: 32 -> 127 / -, 64 -> 104 / 505, 128 -> 96 /
 #: 471, 256 -> 89 / 430, 512 -> 99 / 441 ms; with the key block-major backward 128 and 512 are 2%
 #: and 4% slower than 256 at 4096); on CUDA bigger chunks mean fewer launches.
-CHUNK_KEY_BLOCKS = {"cpu": 256, "cuda": 4096}
+CHUNK_BLOCKS = {"cpu": 256, "cuda": 4096}
 
 
 def chunk_size_for(device: torch.device) -> int:
-    """Partner blocks per chunk on ``device`` (:data:`CHUNK_KEY_BLOCKS`)."""
-    return CHUNK_KEY_BLOCKS.get(device.type, CHUNK_KEY_BLOCKS["cuda"])
+    """Partner blocks per chunk on ``device`` (:data:`CHUNK_BLOCKS`)."""
+    return CHUNK_BLOCKS.get(device.type, CHUNK_BLOCKS["cuda"])
 
 
 class Chunk(NamedTuple):
