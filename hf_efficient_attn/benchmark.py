@@ -9,8 +9,9 @@ Two benchmarks, each a table (markdown + csv), the raw measurements (json) and a
 - ``--model``: one training step (MLM forward, backward, AdamW step) of a roberta-base-width
   encoder (hidden 768, 12 heads, FFN 3072; ``--layers``, ``--vocab-size``) with Transformers'
   own SDPA attention ("sdpa") and with each method patched in; ``vmean`` (the mean of V,
-  attention almost free) is the floor set by the rest of the model. Writes
-  ``model_step.{md,csv,json,png}``.
+  attention almost free) is the floor set by the rest of the model. Its timing processes keep
+  freed memory for reuse, as the training scripts do on CPU (:mod:`.cpu_allocator`;
+  ``--glibc-malloc``: glibc's defaults). Writes ``model_step.{md,csv,json,png}``.
 
 A method is given as ``NAME`` or ``NAME:OPTION=VALUE,...`` (e.g. ``mra2:backend=flex``).
 A process times the median of ``--repeats`` calls after one warm-up call (which also compiles
@@ -31,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import ctypes
 import json
 import os
 import statistics
@@ -46,6 +46,7 @@ from typing import Any, Callable
 import torch
 from tqdm.auto import tqdm
 
+from .cpu_allocator import keep_freed_memory, return_freed_memory
 from .methods.base import AttentionShape
 from .registry import build_method, list_methods, resolve_options
 
@@ -195,17 +196,6 @@ def _peak_resident_mb() -> float:
         return next(int(line.split()[1]) for line in f if line.startswith("VmHWM")) / 1024
 
 
-def return_freed_memory_to_the_os() -> None:
-    """Fix glibc's mmap threshold at its initial 128 KiB, before the process allocates tensors:
-    freed tensors of 128 KiB or more then leave the resident set at once (by default the threshold
-    grows and the heap keeps them), so that the resident set follows the live tensors, as CUDA's
-    allocated-memory counters do. It slows allocation, so time is measured in another process."""
-    try:
-        ctypes.CDLL("libc.so.6").mallopt(-3, 128 * 1024)  # M_MMAP_THRESHOLD
-    except (OSError, AttributeError):
-        print("not glibc: CPU peak memory includes memory kept by the allocator", file=sys.stderr)
-
-
 def call_peak_mb(step: Callable[[], None], device: torch.device) -> float:
     """Memory one steady-state call of ``step`` (after a warm-up call) needs beyond what is live
     before it (inputs, weights, optimizer state, accumulated gradients): on CUDA the rise of
@@ -230,8 +220,11 @@ def _worker(request: dict[str, Any]) -> float:
     """Seconds (``request["measure"] == "time"``) or peak MB (``"memory"``) of the step asked for."""
     request = dict(request)
     what, kind, repeats, threads = (request.pop(key) for key in ("measure", "kind", "repeats", "threads"))
-    if what == "memory" and request["device"] == "cpu":
-        return_freed_memory_to_the_os()
+    glibc_malloc = request.pop("glibc_malloc", False)
+    if request["device"] == "cpu" and what == "memory" and not return_freed_memory():
+        print("not glibc: CPU peak memory includes memory kept by the allocator", file=sys.stderr)
+    elif request["device"] == "cpu" and what == "time" and kind == "model" and not glibc_malloc:
+        keep_freed_memory()  # as the training scripts do
     if threads:
         torch.set_num_threads(threads)
     step = (model_step if kind == "model" else attention_step)(**request)
@@ -405,12 +398,15 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     out = Path(args.out_dir)
     if args.model:
         specs = [MODEL_REFERENCE, MODEL_FLOOR] + [s for s in args.methods if s not in (MODEL_REFERENCE, MODEL_FLOOR)]
-        jobs = [dict(kind="model", spec=s, seq_len=n, layers=args.layers, vocab_size=args.vocab_size, **common)
+        jobs = [dict(kind="model", spec=s, seq_len=n, layers=args.layers, vocab_size=args.vocab_size,
+                     glibc_malloc=args.glibc_malloc, **common)
                 for n in args.seq_lens for s in specs]
         measurements = measure_all(jobs, args.rounds)
         rows = model_step_table(measurements, args.batch)
+        malloc = "glibc's default malloc" if args.glibc_malloc else "malloc keeping freed memory"
         title = (f"Training step (MLM forward + backward + AdamW) of a roberta-base-width encoder, {args.layers} "
-                 f"layer(s), vocabulary {args.vocab_size}, batch {args.batch}; {_setting(args)}")
+                 f"layer(s), vocabulary {args.vocab_size}, batch {args.batch}; {_setting(args)}"
+                 + (f", {malloc}" if args.device == "cpu" else ""))
         _write(rows, measurements, out, "model_step", title)
     else:
         specs = [ATTENTION_REFERENCE] + [s for s in args.methods if s != ATTENTION_REFERENCE]
@@ -457,6 +453,9 @@ def parser() -> argparse.ArgumentParser:
                         "median is reported, ratios are medians of per-round ratios; default: 1, with --model: 3")
     p.add_argument("--threads", type=int, help="CPU threads of each measuring process (default: torch's default)")
     p.add_argument("--forward-only", action="store_true", help="attention benchmark only")
+    p.add_argument("--glibc-malloc", action="store_true",
+                   help="--model on CPU: time with glibc's default malloc, which returns freed memory to the system, "
+                        "instead of keeping it for reuse as the training scripts do")
     p.add_argument("--out-dir", default="outputs/benchmark")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     return p
@@ -470,6 +469,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         return args
     if args.model and args.forward_only:
         p.error("--forward-only applies to the attention benchmark, not to --model (a training step)")
+    if args.glibc_malloc and not (args.model and args.device == "cpu"):
+        p.error("--glibc-malloc applies to --model on CPU only (the attention benchmark always uses glibc's defaults)")
     if args.device == "cuda" and not torch.cuda.is_available():
         p.error("--device cuda: no CUDA device is available")
     if args.repeats is None:

@@ -92,8 +92,8 @@ def test_call_peak_is_the_memory_a_call_needs_on_top_of_what_is_live():
     tensors were freed before it (which glibc's heap would otherwise keep and hand out again)."""
     code = """
 import json, torch
-from hf_efficient_attn import benchmark
-benchmark.return_freed_memory_to_the_os()
+from hf_efficient_attn import benchmark, cpu_allocator
+cpu_allocator.return_freed_memory()
 kept = torch.ones(4 * 2**20)  # 16 MiB: once freed, glibc would raise its mmap threshold to this
 del kept
 kept = torch.ones(64 * 2**20)

@@ -16,6 +16,7 @@ from datasets import Dataset
 from transformers import AutoConfig, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase, Trainer, TrainingArguments
 from transformers.trainer_utils import get_last_checkpoint
 
+from ..cpu_allocator import keep_freed_memory
 from .args import ModelArguments
 
 logger = logging.getLogger("hf_efficient_attn.training")
@@ -71,9 +72,13 @@ def checkpoint_to_resume(training_args: TrainingArguments) -> str | None:
 
 def start_run(training_args: TrainingArguments) -> str | None:
     """What every training script does first, as Transformers' examples do: logging, the
-    precision check, the checkpoint to resume from (returned) and the seed."""
+    precision check, the checkpoint to resume from (returned) and the seed; on CPU also glibc's
+    malloc set to keep freed memory (:func:`keep_freed_memory`: at long lengths it spares every
+    step hundreds of thousands of page faults)."""
     setup_logging(training_args)
     check_precision(training_args)
+    if training_args.device.type == "cpu" and keep_freed_memory():
+        logger.info("glibc malloc keeps freed memory for reuse (set MALLOC_MMAP_THRESHOLD_ to choose otherwise)")
     checkpoint = checkpoint_to_resume(training_args)
     transformers.set_seed(training_args.seed)
     return checkpoint

@@ -1,0 +1,81 @@
+"""glibc malloc settings for CPU training (hf_efficient_attn.cpu_allocator), measured by the page
+faults of a process that allocates and frees tensors, and where the package applies them."""
+
+import json
+import os
+import platform
+import subprocess
+import sys
+
+import pytest
+from transformers import TrainingArguments
+
+from hf_efficient_attn import benchmark, cpu_allocator
+from hf_efficient_attn.training import driver
+
+pytestmark = pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's mallopt")
+
+FAULTS_OF_REUSED_TENSORS = """
+import json, resource, sys, torch
+from hf_efficient_attn import cpu_allocator
+applied = cpu_allocator.keep_freed_memory() if sys.argv[1] == "keep" else False
+def faults():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+counts = [0] * 20
+for i in range(20):
+    before = faults()
+    torch.ones(64 * 2**20 // 4)  # 64 MiB, above glibc's largest dynamic mmap threshold (32 MiB)
+    counts[i] = faults() - before
+print(json.dumps({"applied": applied, "faults": counts}))
+"""
+
+
+def faults_of_reused_tensors(mode: str, **env: str) -> dict:
+    clean = {k: v for k, v in os.environ.items() if k not in cpu_allocator.USER_SETTINGS}
+    done = subprocess.run([sys.executable, "-c", FAULTS_OF_REUSED_TENSORS, mode], env={**clean, **env},
+                          capture_output=True, text=True, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_kept_memory_is_reused_without_page_faults():
+    """A 64 MiB tensor's pages (16384 of 4 KiB) are faulted in on every one of 20 allocations by
+    default; when freed memory is kept, only while the heap grows to hold it (the first few times:
+    small allocations in between may take the start of a freed block), none in the last 10."""
+    default = faults_of_reused_tensors("default")
+    assert min(default["faults"]) > 10_000
+    kept = faults_of_reused_tensors("keep")
+    assert kept["applied"] and sum(kept["faults"][10:]) < 16384
+
+
+def test_a_users_own_allocator_setting_is_left_alone():
+    """With MALLOC_MMAP_THRESHOLD_ in the environment (here: glibc's usual 128 KiB), nothing is
+    changed, and 64 MiB tensors are faulted in every time as the user asked."""
+    chosen = faults_of_reused_tensors("keep", MALLOC_MMAP_THRESHOLD_="131072")
+    assert not chosen["applied"] and min(chosen["faults"]) > 10_000
+
+
+def test_training_scripts_keep_freed_memory_on_cpu(monkeypatch, tmp_path):
+    calls = []
+    monkeypatch.setattr(driver, "keep_freed_memory", lambda: calls.append(1) or True)
+    driver.start_run(TrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to="none"))
+    assert calls == [1]
+
+
+@pytest.mark.parametrize("glibc_malloc", [False, True])
+def test_model_benchmark_times_with_the_training_scripts_allocator(monkeypatch, glibc_malloc):
+    """The --model timing process keeps freed memory as the training scripts do, unless
+    --glibc-malloc; the memory process always returns freed memory (its peak would count it)."""
+    calls = []
+    monkeypatch.setattr(benchmark, "keep_freed_memory", lambda: calls.append("keep"))
+    monkeypatch.setattr(benchmark, "return_freed_memory", lambda: calls.append("return") or True)
+    job = dict(kind="model", spec="vmean", seq_len=32, layers=1, vocab_size=64, threads=1, repeats=1,
+               device="cpu", dtype="fp32", batch=1, glibc_malloc=glibc_malloc)
+    benchmark._worker({**job, "measure": "time"})
+    benchmark._worker({**job, "measure": "memory"})
+    assert calls == (["return"] if glibc_malloc else ["keep", "return"])
+
+
+def test_glibc_malloc_flag_is_for_the_model_benchmark_on_cpu():
+    with pytest.raises(SystemExit):
+        benchmark.parse_args(["--glibc-malloc"])
+    assert benchmark.parse_args(["--model", "--glibc-malloc", "--device", "cpu"]).glibc_malloc
