@@ -14,18 +14,21 @@ Two benchmarks, each a table (markdown + csv), the raw measurements (json) and a
   ``--glibc-malloc``: glibc's defaults). Writes ``model_step.{md,csv,json,png}``.
 
 A method is given as ``NAME`` or ``NAME:OPTION=VALUE,...`` (e.g. ``mra2:backend=flex``).
-A process times the median of ``--repeats`` calls after one warm-up call (which also compiles
-compiled kernels and allocates the optimizer state). With ``--rounds`` R > 1 every time is taken
-R times, each round measuring every job once in turn, and the median is reported; ratios (speed-up,
-time over the floor) are the medians of the per-round ratios, so that a machine whose speed
-drifts during the run slows both sides of a ratio alike (``--model`` defaults to 3 rounds of one
-timed step). The attention step back-propagates a fixed random gradient of the output, dense
-like a real model's (``out.sum()`` would hand the methods a broadcast one). Peak memory is what
-one more call needs beyond the memory live before it (inputs, weights, optimizer state,
-accumulated gradients): on CUDA the rise of ``max_memory_allocated``; on CPU the rise of the
-resident set's high-water mark over the resident size before the call, with glibc's mmap
-threshold fixed at 128 KiB for that call so that freed tensors leave the resident set (otherwise
-the peak measures what the allocator keeps).
+A process times the median of ``--repeats`` calls after ``--warmup`` untimed calls: one for the
+attention (it compiles compiled kernels), two for ``--model``, whose first step allocates the
+optimizer state and whose second still grows the heap to its working size (at 4096 tokens the first
+steps fault in about 200k, then 50-80k pages, later ones none), so that the timed step is a steady-
+state one, like almost every step of a training run. With ``--rounds`` R > 1 every time is taken R
+times, each round measuring every job once in turn, and the median is reported; ratios (speed-up,
+time over the floor) are the medians of the per-round ratios, so that a machine whose speed drifts
+during the run slows both sides of a ratio alike (``--model`` defaults to 3 rounds of one timed
+step each). The attention step back-propagates a fixed random gradient of the output, dense like a
+real model's (``out.sum()`` would hand the methods a broadcast one). Peak memory is what one more
+call needs beyond the memory live before it (inputs, weights, optimizer state, accumulated
+gradients): on CUDA the rise of ``max_memory_allocated``; on CPU the rise of the resident set's
+high-water mark over the resident size before the call, with glibc's mmap threshold fixed at 128
+KiB for that call so that freed tensors leave the resident set (otherwise the peak measures what
+the allocator keeps).
 """
 
 from __future__ import annotations
@@ -173,9 +176,10 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize()
 
 
-def median_seconds(step: Callable[[], None], device: torch.device, repeats: int) -> float:
-    """Median wall time of ``repeats`` calls of ``step`` after one warm-up call."""
-    step()
+def median_seconds(step: Callable[[], None], device: torch.device, repeats: int, warmup: int = 1) -> float:
+    """Median wall time of ``repeats`` calls of ``step`` after ``warmup`` untimed calls."""
+    for _ in range(warmup):
+        step()
     times = []
     for _ in range(repeats):
         _sync(device)
@@ -219,7 +223,8 @@ def call_peak_mb(step: Callable[[], None], device: torch.device) -> float:
 def _worker(request: dict[str, Any]) -> float:
     """Seconds (``request["measure"] == "time"``) or peak MB (``"memory"``) of the step asked for."""
     request = dict(request)
-    what, kind, repeats, threads = (request.pop(key) for key in ("measure", "kind", "repeats", "threads"))
+    what, kind, repeats, warmup, threads = (
+        request.pop(key) for key in ("measure", "kind", "repeats", "warmup", "threads"))
     glibc_malloc = request.pop("glibc_malloc", False)
     if request["device"] == "cpu" and what == "memory" and not return_freed_memory():
         print("not glibc: CPU peak memory includes memory kept by the allocator", file=sys.stderr)
@@ -229,15 +234,16 @@ def _worker(request: dict[str, Any]) -> float:
         torch.set_num_threads(threads)
     step = (model_step if kind == "model" else attention_step)(**request)
     device = torch.device(request["device"])
-    return median_seconds(step, device, repeats) if what == "time" else call_peak_mb(step, device)
+    return median_seconds(step, device, repeats, warmup) if what == "time" else call_peak_mb(step, device)
 
 
-def measure_in_fresh_process(what: str, kind: str, repeats: int = 3, threads: int | None = None,
+def measure_in_fresh_process(what: str, kind: str, repeats: int = 3, warmup: int = 1, threads: int | None = None,
                              **request: Any) -> tuple[float, int]:
     """(value, pid): the time (``what`` "time") or peak memory ("memory") of one step (``kind``
     "attention": :func:`attention_step`, "model": :func:`model_step`) in a fresh interpreter, so
     that no measurement shares memory, caches or compiled kernels with another."""
-    job = json.dumps({"kind": kind, "measure": what, "repeats": repeats, "threads": threads, **request})
+    job = json.dumps({"kind": kind, "measure": what, "repeats": repeats, "warmup": warmup, "threads": threads,
+                      **request})
     done = subprocess.run([sys.executable, "-m", "hf_efficient_attn.benchmark", "--worker", job],
                           capture_output=True, text=True, check=False)
     if done.returncode != 0:
@@ -394,7 +400,8 @@ def _setting(args: argparse.Namespace) -> str:
 
 def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     """Run the benchmark that ``args`` asks for; write and return its table."""
-    common = dict(batch=args.batch, device=args.device, dtype=args.dtype, repeats=args.repeats, threads=args.threads)
+    common = dict(batch=args.batch, device=args.device, dtype=args.dtype, repeats=args.repeats, warmup=args.warmup,
+                  threads=args.threads)
     out = Path(args.out_dir)
     if args.model:
         specs = [MODEL_REFERENCE, MODEL_FLOOR] + [s for s in args.methods if s not in (MODEL_REFERENCE, MODEL_FLOOR)]
@@ -447,7 +454,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", default="fp32", choices=list(DTYPES),
                    help="attention: the dtype of q, k, v; --model: autocast dtype (fp32 = none)")
     p.add_argument("--repeats", type=int,
-                   help="timed calls per process after one warm-up, their median kept; default: 3, with --model: 1")
+                   help="timed calls per process after the warm-up, their median kept; default: 3, with --model: 1")
+    p.add_argument("--warmup", type=int,
+                   help="untimed calls per process before the timed ones; default: 1, with --model: 2 (the first "
+                        "step allocates the optimizer state, the second still grows the heap)")
     p.add_argument("--rounds", type=int,
                    help="times every measurement is taken, each time in a new process, the jobs in turn; the "
                         "median is reported, ratios are medians of per-round ratios; default: 1, with --model: 3")
@@ -477,6 +487,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.repeats = 1 if args.model else 3
     if args.rounds is None:
         args.rounds = 3 if args.model else 1
+    if args.warmup is None:
+        args.warmup = 2 if args.model else 1
+    if args.warmup < 0:
+        p.error(f"--warmup must be 0 or more, got {args.warmup}")
     for name in ("batch", "heads", "head_dim", "layers", "vocab_size", "repeats", "rounds", "threads"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be a positive integer, got {getattr(args, name)}")

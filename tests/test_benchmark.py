@@ -5,6 +5,7 @@ import csv
 import json
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -32,6 +33,7 @@ def test_parse_method_spec():
     (["--seq-lens", "0"], "--seq-lens"),
     (["--threads", "0"], "--threads"),
     (["--model", "--rounds", "0"], "--rounds"),
+    (["--model", "--warmup", "-1"], "--warmup"),
 ])
 def test_bad_command_lines_are_argparse_errors(argv, match, capsys):
     with pytest.raises(SystemExit):
@@ -42,10 +44,37 @@ def test_bad_command_lines_are_argparse_errors(argv, match, capsys):
 def test_defaults_follow_the_benchmark():
     model = benchmark.parse_args(["--model"])
     assert model.seq_lens == [1024, 2048, 4096, 8192, 16384] and model.methods == ["mra2", "mra2_s"]
-    assert (model.rounds, model.repeats) == (3, 1)
+    assert (model.rounds, model.repeats, model.warmup) == (3, 1, 2)
     attention = benchmark.parse_args([])
     assert "mra2" in attention.methods and "softmax" in attention.methods
-    assert (attention.rounds, attention.repeats) == (1, 3)
+    assert (attention.rounds, attention.repeats, attention.warmup) == (1, 3, 1)
+
+
+def test_the_timed_calls_follow_the_warm_up_calls():
+    """Only calls after ``warmup`` untimed ones are timed: a step slow on its first two calls is
+    timed slow after one warm-up call and fast after two."""
+    def step_slow_at_first():
+        calls.append(1)
+        if len(calls) <= 2:
+            time.sleep(0.2)
+
+    for warmup, slow in ((1, True), (2, False)):
+        calls = []
+        seconds = benchmark.median_seconds(step_slow_at_first, torch.device("cpu"), repeats=1, warmup=warmup)
+        assert len(calls) == warmup + 1 and (seconds >= 0.2) == slow
+
+
+def test_the_warm_up_reaches_the_measuring_process(monkeypatch):
+    """--warmup travels from the command line through the job to the worker's timing."""
+    jobs, warmups = [], []
+    monkeypatch.setattr(benchmark, "measure_all", lambda js, rounds: jobs.extend(js) or [])
+    monkeypatch.setattr(benchmark, "_write", lambda *a: None)
+    benchmark.run(benchmark.parse_args(["--model", "--seq-lens", "32", "--methods", "vmean", "--warmup", "3"]))
+    assert jobs and {job["warmup"] for job in jobs} == {3}
+    monkeypatch.setattr(benchmark, "median_seconds", lambda step, device, repeats, warmup: warmups.append(warmup))
+    job = {**jobs[0], "layers": 1, "vocab_size": 64, "threads": 1, "measure": "time"}
+    benchmark._worker(job)
+    assert warmups == [3]
 
 
 def test_the_attention_step_back_propagates_a_dense_gradient(monkeypatch):

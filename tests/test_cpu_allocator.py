@@ -68,7 +68,7 @@ def test_model_benchmark_times_with_the_training_scripts_allocator(monkeypatch, 
     calls = []
     monkeypatch.setattr(benchmark, "keep_freed_memory", lambda: calls.append("keep"))
     monkeypatch.setattr(benchmark, "return_freed_memory", lambda: calls.append("return") or True)
-    job = dict(kind="model", spec="vmean", seq_len=32, layers=1, vocab_size=64, threads=1, repeats=1,
+    job = dict(kind="model", spec="vmean", seq_len=32, layers=1, vocab_size=64, threads=1, repeats=1, warmup=1,
                device="cpu", dtype="fp32", batch=1, glibc_malloc=glibc_malloc)
     benchmark._worker({**job, "measure": "time"})
     benchmark._worker({**job, "measure": "memory"})
