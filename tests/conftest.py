@@ -23,3 +23,12 @@ def training_steps(monkeypatch):
     training_step = Trainer.training_step
     monkeypatch.setattr(Trainer, "training_step", lambda self, *a, **k: steps.append(1) or training_step(self, *a, **k))
     return steps
+
+
+@pytest.fixture(scope="session")
+def hub_variants(tmp_path_factory):
+    """Dry-run upload folders of tiny variants and what a plugin-free process loaded from them
+    (:func:`hub_fixtures.build_variants`), built once for all the hub tests."""
+    from hub_fixtures import build_variants
+
+    return build_variants(tmp_path_factory.mktemp("hub"))

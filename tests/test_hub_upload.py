@@ -1,0 +1,114 @@
+"""Uploading a shared variant and push_to_hub.py (issue 9): ``HfApi`` mocked, a token required
+unless --dry_run, clear errors on bad input that write nothing."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import transformers as T
+from huggingface_hub import ModelCard
+
+from hf_efficient_attn.hub import cli, push, push_variant
+from hf_efficient_attn.hub.export import resolve_repo_id, variant_name
+
+from hub_fixtures import BERT_BASE, REPO, ROBERTA_BASE, tiny_config
+
+
+class FakeHfApi:
+    """Records the calls ``upload_variant`` makes; ``upload_folder`` snapshots the folder's bytes."""
+
+    calls: list = []
+
+    def create_repo(self, repo_id, **kwargs):
+        self.calls.append(("create_repo", repo_id, kwargs))
+        return type("RepoUrl", (), {"repo_id": repo_id})()
+
+    def create_branch(self, repo_id, **kwargs):
+        self.calls.append(("create_branch", repo_id, kwargs))
+
+    def upload_folder(self, **kwargs):
+        files = {p.name: p.read_bytes() for p in Path(kwargs["folder_path"]).iterdir()}
+        self.calls.append(("upload_folder", kwargs, files))
+        return type("CommitInfo", (), {"commit_url": f"https://huggingface.co/{kwargs['repo_id']}/commit/abc"})()
+
+
+def test_push_uploads_the_dry_run_folder_through_huggingface_hub(hub_variants, tmp_path, monkeypatch):
+    """With HfApi mocked: create_repo / create_branch / upload_folder get the repo id, private,
+    revision and commit message, and the uploaded folder is byte for byte the dry-run folder.
+    Not covered (network): authentication, the Hub's card validation and the transfer itself."""
+    validated = []
+    monkeypatch.setattr(push, "HfApi", FakeHfApi)
+    monkeypatch.setattr(push, "get_token", lambda: "hf_test")
+    monkeypatch.setattr(ModelCard, "validate", lambda card, repo_type=None: validated.append(card.data.model_name))
+    FakeHfApi.calls = []
+    src = str(Path(hub_variants["bert-linformer-trained"].author.name_or_path))
+    options = dict(
+        base_model=BERT_BASE, license="apache-2.0", results_file=f"{src}/eval_results.json", dataset_name="glue"
+    )
+    url = push_variant(src, "someone", private=True, revision="v1", commit_message="first upload", **options)
+    repo_id = "someone/bert-base-uncased-linformer-128"
+    assert url == f"https://huggingface.co/{repo_id}/commit/abc"
+    assert validated == ["bert-base-uncased-linformer-128"]
+    (_, created, create_kwargs), (_, branched, branch_kwargs), (_, upload_kwargs, uploaded) = FakeHfApi.calls
+    assert created == branched == upload_kwargs["repo_id"] == repo_id
+    assert create_kwargs == {"private": True, "exist_ok": True, "repo_type": "model"}
+    assert branch_kwargs == {"branch": "v1", "exist_ok": True}
+    assert (upload_kwargs["revision"], upload_kwargs["commit_message"], upload_kwargs["repo_type"]) == (
+        "v1",
+        "first upload",
+        "model",
+    )
+    assert not Path(upload_kwargs["folder_path"]).exists()  # the temporary folder is removed afterwards
+    dry = Path(push_variant(src, "someone", dry_run=tmp_path / "dry", **options))
+    assert uploaded == {p.name: p.read_bytes() for p in dry.iterdir()}
+
+
+def test_push_needs_a_token_unless_dry_run(monkeypatch, tmp_path):
+    monkeypatch.setattr(push, "get_token", lambda: None)
+    with pytest.raises(ValueError, match="HF_TOKEN"):
+        push_variant(str(tmp_path), "someone/x")
+
+
+def test_bad_input_gets_clear_errors(hub_variants, tmp_path):
+    src = hub_variants["roberta-performer-converted"].author.name_or_path  # a plain checkpoint
+    ok = dict(base_model=ROBERTA_BASE, license="mit")
+    with pytest.raises(ValueError, match="plain checkpoint.*--attn_impl.*mra2"):
+        push_variant(src, "someone", dry_run=tmp_path / "a", **ok)
+    with pytest.raises(ValueError, match="unknown attention method"):
+        push_variant(src, "someone", attn_impl="fast", dry_run=tmp_path / "b", **ok)
+    with pytest.raises(ValueError, match="--license"):
+        push_variant(src, "someone", attn_impl="vmean", base_model=ROBERTA_BASE, dry_run=tmp_path / "c")
+    with pytest.raises(ValueError, match="--base_model"):
+        push_variant(src, "someone", attn_impl="vmean", license="mit", dry_run=tmp_path / "d")
+    with pytest.raises(ValueError, match="--dataset_name"):
+        results = Path(hub_variants["bert-linformer-trained"].author.name_or_path) / "eval_results.json"
+        push_variant(src, "someone", attn_impl="vmean", results_file=str(results), dry_run=tmp_path / "e", **ok)
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "x").write_text("")
+    with pytest.raises(ValueError, match="not empty"):
+        push_variant(src, "someone", attn_impl="vmean", dry_run=tmp_path / "full", **ok)
+    with pytest.raises(ValueError, match="Repo id"):
+        push_variant(src, "someone/bad name", attn_impl="vmean", dry_run=tmp_path / "f", **ok)
+    T.RobertaForMaskedLM(tiny_config("roberta")).save_pretrained(tmp_path / "no-tokenizer")
+    with pytest.raises(ValueError, match="--tokenizer_name"):
+        push_variant(str(tmp_path / "no-tokenizer"), "someone", attn_impl="vmean", dry_run=tmp_path / "g", **ok)
+    with pytest.raises(ValueError, match="--attn_config must be a JSON object"):
+        cli.main(["--model_dir", src, "--repo_id", "someone", "--attn_impl", "mra2", "--attn_config", "[1]"])
+    assert not any((tmp_path / d).exists() for d in "abcdefg")  # nothing written on bad input
+
+
+def test_variant_name_and_repo_id():
+    assert variant_name("FacebookAI/roberta-base", "mra2", 4096) == "roberta-base-mra2-4096"
+    assert variant_name("roberta-base", "mra2_s", 4096, "sst2") == "roberta-base-mra2_s-4096-sst2"
+    assert resolve_repo_id("someone", "roberta-base-mra2-4096") == "someone/roberta-base-mra2-4096"
+    assert resolve_repo_id("org/my-name", "ignored") == "org/my-name"
+
+
+def test_script_help_runs():
+    run = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "push_to_hub.py"), "--help"], capture_output=True, text=True
+    )
+    assert run.returncode == 0 and "--dry_run" in run.stdout and "--results_file" in run.stdout
