@@ -69,10 +69,14 @@ Two backends compute the same thing:
   online softmax then performs exactly the log-sum-exp merge. (``return_lse`` would allow
   merging afterwards, but compiled flex on CPU rejects it in fp32 and, measured here with torch
   2.13, returns wrong outputs with it in fp16/bf16.) Compiled flex on CPU is inference only.
-- ``auto`` (default): ``flex`` for inference (no gradient needed) on CPU in fp32/fp16/bf16 when
-  the sequence has at least ``FLEX_MIN_LENGTH`` tokens, else ``gather``. The first call per
-  shape compiles (5-25 s). CUDA flex (Triton) could not be tested here: ask for it with
-  ``backend="flex"``.
+- ``auto`` (default): ``gather``, for training and inference, on every device. Measured on 2
+  CPU threads (AVX2, torch 2.13, fp32, 12 heads, ``scripts/benchmark.py --forward-only``, median of
+  2 rounds), ``mra2``'s inference forward at n = 1024 / 2048 / 4096 / 8192: gather 13.8 / 27.1 /
+  41.0 / 92.8 ms, flex 23.3 / 34.0 / 75.8 / 167.7 ms, peak 17.7 vs 41.0 MB at 4096. ``mra2_s``,
+  which has no virtual key, is on par (42.8 vs 48.5 ms at 4096), so the likely cost is the virtual
+  key: its ``score_mod`` runs on every score, and k and v are copied to append the virtual keys. ``gather`` also needs no compilation (flex: 5-25 s per shape)
+  and no padding to a multiple of ``FLEX_LENGTH_MULTIPLE``. CUDA flex (Triton) could not be tested
+  here: ask for it with ``backend="flex"``.
 """
 
 from __future__ import annotations
@@ -91,9 +95,6 @@ from .block_sparse import block_sparse_attention
 from .base import AttentionMethod, MethodOptions, check_choice, check_int, compute_dtype, pad_to_multiple
 
 BACKENDS = ("auto", "flex", "gather")
-#: Shortest input length for which ``backend="auto"`` picks flex (measured on 2 CPU threads at
-#: n = 1024, fp32, 12 heads: flex 11 ms, gather 32 ms, SDPA 20 ms; at n = 512 gather is as fast).
-FLEX_MIN_LENGTH = 1024
 #: The flex path pads the length to a multiple of this, so that few shapes get compiled
 #: (compiled shapes are static: one compilation, ~5-10 s, per (batch, heads, padded length,
 #: head_dim, dtype, method)). Padded blocks are never selected, so the padding costs next to nothing.
@@ -101,8 +102,6 @@ FLEX_LENGTH_MULTIPLE = 1024
 #: Dynamo compiles at most this many shapes of flex_attention (its default, 8, would run any
 #: further shape through eager flex, which materialises the dense score matrix).
 FLEX_RECOMPILE_LIMIT = 64
-#: Devices and dtypes on which ``backend="auto"`` uses flex (verified: CPU, torch 2.13).
-FLEX_AUTO_DEVICES = ("cpu",)
 FLEX_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 #: Elements of the (nb x nb) low-resolution tensors recomputed at once in the backward (4 MiB in
 #: fp32): slices of whole heads, so that long inputs do not keep them for every head at once.
@@ -332,24 +331,18 @@ class _MraBase(AttentionMethod):
     low_resolution: bool
 
     def _use_flex(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
-        backend = self.options.backend
+        """Whether this call runs FlexAttention: only for ``backend="flex"`` (``auto`` is ``gather``)."""
+        if self.options.backend != "flex":
+            return False
+        if q.dtype not in FLEX_DTYPES:
+            raise ValueError(f"{self.name}: backend='flex' supports dtypes {list(FLEX_DTYPES)}, got {q.dtype}")
         needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
-        if backend == "flex":
-            if q.dtype not in FLEX_DTYPES:
-                raise ValueError(f"{self.name}: backend='flex' supports dtypes {list(FLEX_DTYPES)}, got {q.dtype}")
-            if needs_grad and q.device.type != "cuda":
-                raise ValueError(
-                    f"{self.name}: backend='flex' has no backward on {q.device.type} (compiled FlexAttention is "
-                    "inference-only there); use backend='gather' or 'auto', or run under torch.no_grad()"
-                )
-            return True
-        return (
-            backend == "auto"
-            and not needs_grad
-            and q.device.type in FLEX_AUTO_DEVICES
-            and q.dtype in FLEX_DTYPES
-            and q.shape[2] >= FLEX_MIN_LENGTH
-        )
+        if needs_grad and q.device.type != "cuda":
+            raise ValueError(
+                f"{self.name}: backend='flex' has no backward on {q.device.type} (compiled FlexAttention is "
+                "inference-only there); use backend='gather' or 'auto', or run under torch.no_grad()"
+            )
+        return True
 
     def attend(self, q, k, v, key_padding_mask, scaling):
         opts = self.options
