@@ -74,9 +74,10 @@ Two backends compute the same thing:
   2 rounds), ``mra2``'s inference forward at n = 1024 / 2048 / 4096 / 8192: gather 13.8 / 27.1 /
   41.0 / 92.8 ms, flex 23.3 / 34.0 / 75.8 / 167.7 ms, peak 17.7 vs 41.0 MB at 4096. ``mra2_s``,
   which has no virtual key, is on par (42.8 vs 48.5 ms at 4096), so the likely cost is the virtual
-  key: its ``score_mod`` runs on every score, and k and v are copied to append the virtual keys. ``gather`` also needs no compilation (flex: 5-25 s per shape)
-  and no padding to a multiple of ``FLEX_LENGTH_MULTIPLE``. CUDA flex (Triton) could not be tested
-  here: ask for it with ``backend="flex"``.
+  key: its ``score_mod`` runs on every score, and k and v are copied to append the virtual keys.
+  ``gather`` also needs no compilation (flex: 5-25 s per shape) and no padding to a multiple of
+  ``FLEX_LENGTH_MULTIPLE``. CUDA flex (Triton) could not be tested here: ask for it with
+  ``backend="flex"``.
 """
 
 from __future__ import annotations
