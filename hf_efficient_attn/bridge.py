@@ -17,7 +17,7 @@ from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface, bidirectional_mask_function
 
 from .longformer import EfficientLongformerSelfAttention
-from .methods.base import METHOD_ATTRIBUTE, AttentionMethod, AttentionShape
+from .methods.base import METHOD_ATTRIBUTE, AttentionMethod, AttentionShape, is_tracing
 from .registry import build_method, on_register
 
 #: model_type -> class name of its self-attention module (adding an architecture is one line).
@@ -144,7 +144,7 @@ def key_padding_mask_function(
             "efficient attention methods support bidirectional self-attention with a key-padding mask only; "
             "causal, cross-attention and custom masks are not supported"
         )
-    if attention_mask is None or bool(attention_mask.all()):
+    if attention_mask is None or (not is_tracing() and bool(attention_mask.all())):
         return None
     return attention_mask[:, None, None, -kv_length:].to(torch.bool)
 

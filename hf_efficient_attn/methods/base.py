@@ -29,6 +29,13 @@ class AttentionShape:
     layer_idx: int = 0
 
 
+def is_tracing() -> bool:
+    """True under ``torch.compile``, ``torch.export`` or ``torch.jit.trace``. Shortcuts that read a
+    tensor's values on the host (``bool(mask.all())``) are skipped then, since a traced graph cannot
+    branch on data; they change speed only, never results (Transformers' SDPA mask does the same)."""
+    return torch.compiler.is_compiling() or torch.compiler.is_exporting() or torch.jit.is_tracing()
+
+
 def check_positive(name: str, value: Any, *, allow_zero: bool = False) -> None:
     """Raise ``ValueError`` unless ``value`` is a positive (or non-negative) number."""
     is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
@@ -110,7 +117,7 @@ class AttentionMethod(nn.Module):
                     f"got {tuple(key_padding_mask.shape)}"
                 )
             key_padding_mask = key_padding_mask.to(device=q.device, dtype=torch.bool)
-            if bool(key_padding_mask.all()):
+            if not is_tracing() and bool(key_padding_mask.all()):
                 key_padding_mask = None
             else:  # padded tokens carry nothing into the method, not even inf or nan
                 padded = ~key_padding_mask[:, None, :, None]
