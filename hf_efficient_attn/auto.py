@@ -2,9 +2,12 @@
 
 ``from_pretrained`` resolves the config as Transformers' own ``AutoModel*`` does (config keyword
 arguments such as ``num_labels=`` reach the config; hub options reach both), records the method in
-the config, and loads the efficient subclass of the architecture's class (``patching.py``): the
-method is built before the weights load, so its parameters are read from the checkpoint like any
-other weight and Transformers' own load report lists the missing ones as newly initialised.
+the config, and loads through Transformers' auto class, which builds the efficient subclass of the
+architecture's class (``patching.py``; this module registers them with Transformers' auto classes on
+import): the method is built before the weights load, so its parameters are read from the checkpoint
+like any other weight and Transformers' own load report lists the missing ones as newly initialised.
+The same registration makes plain ``transformers.AutoModel*.from_pretrained`` (and so pipelines and
+sentence-transformers) load a saved variant as its method.
 
 Which method runs:
 
@@ -18,15 +21,16 @@ Which method runs:
 
 from __future__ import annotations
 
+import copy
 import os
 from typing import Any
 
 import transformers
 from transformers import AutoConfig, PretrainedConfig, PreTrainedModel
 
-from .bridge import check_supported
-from .patching import efficient_class, patch_model
-from .registry import list_methods, resolve_options
+from .bridge import SELF_ATTENTION_CLASSES, check_supported
+from .patching import efficient_class
+from .registry import method_named_by, resolve_method
 
 #: Keyword arguments that locate files, passed to both the config and the model (as Transformers' AutoModel).
 _HUB_KWARGS = ("cache_dir", "force_download", "local_files_only", "proxies", "revision", "subfolder", "token")
@@ -40,52 +44,37 @@ def chosen_method(
     attn_config: dict[str, Any] | None,
     attn_implementation: str | None = None,
 ) -> tuple[str | None, dict[str, Any] | None]:
-    """(method, options) to load ``config`` with, or (None, None) for plain Transformers (module docstring)."""
+    """(method, options) to load ``config`` with, or (None, None) for plain Transformers (module
+    docstring; the rule itself is :func:`registry.resolve_method`)."""
     saved = getattr(config, "attn_impl", None)
-    if attn_implementation in list_methods():
-        if attn_impl not in (None, attn_implementation):
+    named = method_named_by(attn_implementation)
+    if named is not None:
+        if attn_impl not in (None, named):
             raise ValueError(
                 f"attn_impl={attn_impl!r} and attn_implementation={attn_implementation!r} name different "
                 "methods; give one of them"
             )
-        attn_impl = attn_implementation
+        attn_impl = named
     elif attn_implementation is not None and (attn_impl or saved):
         raise ValueError(
             f"attn_implementation={attn_implementation!r} would run Transformers' attention, but the efficient "
             f"method {attn_impl or saved!r} is {'requested' if attn_impl else 'saved in the config'}; to load "
             "plain attention use transformers.AutoModel*.from_pretrained, or hf_efficient_attn.unpatch_model"
         )
-    name = attn_impl or saved
-    if name is None:
-        if attn_config is not None:
-            raise ValueError(
-                "attn_config was given without attn_impl, and the checkpoint's config saves no method; "
-                f"name one with attn_impl= (known methods: {', '.join(list_methods())})"
-            )
+    choice = resolve_method(config, attn_impl, attn_config)
+    if choice is None:
         return None, None
-    check_supported(config, name)
-    base = getattr(config, "attn_config", None) if name == saved else None
-    return name, resolve_options(name, attn_config, base=base).to_dict()
+    check_supported(config, choice[0])
+    return choice
 
 
 class _EfficientAutoModel:
-    """Shared ``from_pretrained`` / ``from_config``; subclasses name the Transformers auto class
-    and its public model mapping."""
+    """Shared ``from_pretrained`` / ``from_config``; subclasses name the Transformers auto class."""
 
     _auto_class: type
-    _mapping: Any
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         raise EnvironmentError(f"use {type(self).__name__}.from_pretrained(...) or .from_config(...)")
-
-    @classmethod
-    def _model_class(cls, config: PretrainedConfig) -> type[PreTrainedModel]:
-        try:
-            return cls._mapping[type(config)]
-        except KeyError:
-            raise ValueError(
-                f"{cls.__name__} has no {config.model_type!r} model; use another hf_efficient_attn.AutoModel* class"
-            ) from None
 
     @classmethod
     def from_pretrained(
@@ -108,13 +97,12 @@ class _EfficientAutoModel:
                 config or path, return_unused_kwargs=True, **hub_kwargs, **kwargs
             )
         name, options = chosen_method(config, attn_impl, attn_config, attn_implementation)
-        model_class = cls._model_class(config)
         if name is not None:
             config.attn_impl, config.attn_config = name, options
-            model_class = efficient_class(model_class)
-        elif attn_implementation is not None:
+            attn_implementation = name
+        if attn_implementation is not None:
             model_kwargs["attn_implementation"] = attn_implementation
-        return model_class.from_pretrained(path, *model_args, config=config, **hub_kwargs, **model_kwargs, **kwargs)
+        return cls._auto_class.from_pretrained(path, *model_args, config=config, **hub_kwargs, **model_kwargs, **kwargs)
 
     @classmethod
     def from_config(
@@ -127,18 +115,33 @@ class _EfficientAutoModel:
         """A freshly initialised model with ``attn_impl`` (or the config's saved method)."""
         attn_implementation = kwargs.pop("attn_implementation", None)
         name, options = chosen_method(config, attn_impl, attn_config, attn_implementation)
-        if name is None and attn_implementation is not None:
+        if name is not None:
+            config = copy.deepcopy(config)  # as Transformers' from_config, the caller's config is left as it was
+            config.attn_impl, config.attn_config = name, options
+            attn_implementation = name
+        if attn_implementation is not None:
             kwargs["attn_implementation"] = attn_implementation
-        model = cls._auto_class.from_config(config, **kwargs)
-        return patch_model(model, name, options) if name is not None else model
+        return cls._auto_class.from_config(config, **kwargs)
 
 
 def _auto(name: str, mapping: str) -> type:
     auto_class = getattr(transformers, name)
+    _register_efficient_classes(auto_class, getattr(transformers, mapping))
     doc = f"``transformers.{name}`` with ``attn_impl=`` / ``attn_config=`` (see the module docstring)."
-    attributes = {"_auto_class": auto_class, "_mapping": getattr(transformers, mapping), "__doc__": doc,
-                  "__module__": __name__}
+    attributes = {"_auto_class": auto_class, "__doc__": doc, "__module__": __name__}
     return type(name, (_EfficientAutoModel,), attributes)
+
+
+def _register_efficient_classes(auto_class: type, mapping: Any) -> None:
+    """Make Transformers' own ``auto_class`` build the efficient subclass (``patching.py``) of every
+    supported architecture, through its public ``register``: then plain
+    ``transformers.AutoModel*.from_pretrained``, pipelines, sentence-transformers and PEFT load a saved
+    variant as its method. A config that names no method builds a model that runs exactly as the
+    Transformers class it subclasses."""
+    for model_type in SELF_ATTENTION_CLASSES:
+        config_class = transformers.CONFIG_MAPPING[model_type]
+        if config_class in mapping:
+            auto_class.register(config_class, efficient_class(mapping[config_class]), exist_ok=True)
 
 
 AutoModel = _auto("AutoModel", "MODEL_MAPPING")

@@ -18,7 +18,7 @@ from transformers.masking_utils import AttentionMaskInterface, bidirectional_mas
 
 from .longformer import EfficientLongformerSelfAttention
 from .methods.base import METHOD_ATTRIBUTE, AttentionMethod, AttentionShape, is_tracing
-from .registry import build_method, on_register
+from .registry import build_method, method_named_by, on_register, resolve_method, saved_attn_implementation
 
 #: model_type -> class name of its self-attention module (adding an architecture is one line).
 SELF_ATTENTION_CLASSES: dict[str, str] = {
@@ -55,22 +55,23 @@ def layer_shape(config: Any, layer_idx: int) -> AttentionShape:
 
 
 def _plain_transformers_method(module: nn.Module, name: str) -> AttentionMethod:
-    """The method of a layer loaded by plain Transformers (``attn_implementation=name``), built on
-    first use with the options saved in the config (when it names the same method) and registered
-    as a submodule, so ``.eval()`` / ``.train()`` / ``.to()`` reach it.
+    """The method of a layer whose model was built from a Transformers class itself (e.g.
+    ``transformers.BertModel.from_pretrained(p, attn_implementation=name)``; the auto classes build
+    patched models instead, ``auto.py``), built on first use with the options the config saves for
+    that method and registered as a submodule, so ``.eval()`` / ``.train()`` / ``.to()`` reach it.
 
     Only parameter-free methods can be built here: learnable ones need ``patch_model`` so
     that their parameters exist before weights load and are saved with the model.
     """
     config = module.config
     check_supported(config, name)
-    options = config.attn_config if getattr(config, "attn_impl", None) == name else None
+    _, options = resolve_method(config, name)
     method = build_method(name, options, layer_shape(config, getattr(module, "layer_idx", None) or 0))
     if any(True for _ in method.parameters()):
         raise ValueError(
             f"attention method {name!r} with options {method.options.to_dict()} has learnable parameters; "
-            "load the model with hf_efficient_attn.AutoModel*.from_pretrained(..., attn_impl=...) or "
-            "hf_efficient_attn.patch_model(model, ...) instead of attn_implementation=..."
+            "load the model through an auto class (transformers.AutoModel* or hf_efficient_attn.AutoModel*), "
+            "or call hf_efficient_attn.patch_model(model, ...)"
         )
     method.to(next(module.parameters()).device).train(module.training)
     module.add_module(METHOD_ATTRIBUTE, method)
@@ -117,7 +118,7 @@ def efficient_attention_forward(
     """
     # ``_attn_implementation`` is how Transformers tells an attention function which name it was
     # dispatched under (its AttentionInterface docs use it); there is no public accessor.
-    name = module.config._attn_implementation
+    name = method_named_by(module.config._attn_implementation)
     method = getattr(module, METHOD_ATTRIBUTE, None)
     if method is None or method.name != name:
         method = _plain_transformers_method(module, name)
@@ -150,9 +151,11 @@ def key_padding_mask_function(
 
 
 def register_with_transformers(name: str) -> None:
-    """Make ``attn_implementation=name`` work in plain Transformers."""
-    AttentionInterface.register(name, efficient_attention_forward)
-    AttentionMaskInterface.register(name, key_padding_mask_function)
+    """Make ``attn_implementation=name`` work in plain Transformers, under the bare name and the
+    name saved in config.json (``registry.saved_attn_implementation``)."""
+    for key in (name, saved_attn_implementation(name)):
+        AttentionInterface.register(key, efficient_attention_forward)
+        AttentionMaskInterface.register(key, key_padding_mask_function)
 
 
 def self_attention_modules(model: nn.Module) -> list[nn.Module]:

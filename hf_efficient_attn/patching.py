@@ -16,15 +16,13 @@ BetterTransformer swaps layers) and ``unpatch_model`` swaps it back.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import torch
 import transformers
 from torch import nn
 from transformers import PreTrainedModel
-# The guard that Transformers' own initialisation runs under (it makes ``torch.nn.init`` skip weights
-# read from the checkpoint); public module, not re-exported at the top level.
-from transformers.initialization import guard_torch_init_functions
 from transformers.models.longformer.modeling_longformer import LongformerSelfAttention
 # Private: the registry that output_hidden_states capture reads per model instance; a class-swapped
 # patched model must be registered or hidden states come back None (no public route in 5.23).
@@ -34,7 +32,9 @@ from .bridge import check_supported, layer_shape, self_attention_modules
 from .long import max_tokens
 from .longformer import EfficientLongformerSelfAttention
 from .methods.base import METHOD_ATTRIBUTE, AttentionMethod
-from .registry import build_method, get_method_class, list_methods, resolve_options
+from .registry import build_method, list_methods, method_named_by, resolve_method, saved_attn_implementation
+
+logger = logging.getLogger(__name__)
 
 _EFFICIENT_CLASSES: dict[type, type] = {}
 #: Attribute of a patched model: the attention implementation to restore when it is unpatched.
@@ -45,12 +45,27 @@ class EfficientModelMixin:
     """What the efficient subclasses add to a Transformers model class (see module docstring)."""
 
     def __init__(self, config: Any, *args: Any, **kwargs: Any) -> None:
+        # What the caller or config.json asked for (Transformers replaces None by its default below).
+        # Private config field: Transformers' requested attention, no public getter in 5.23.
+        requested = config._attn_implementation
         super().__init__(config, *args, **kwargs)
-        if getattr(config, "attn_impl", None) is not None:
-            patch_model(self, config.attn_impl, config.attn_config)
+        method = method_named_by(requested)
+        if method is None and requested is not None and getattr(config, "attn_impl", None) is not None:
+            logger.warning(
+                f"attn_implementation={requested!r} runs Transformers' attention: the method "
+                f"{config.attn_impl!r} saved in the config is not used (and not saved again)"
+            )
+            del config.attn_impl, config.attn_config
+        if method is not None or getattr(config, "attn_impl", None) is not None:
+            patch_model(self, method)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        # Input checks here rather than in ``forward``, whose signature Trainer inspects.
+        if is_patched(self):
+            self._check_inputs(args, kwargs)
+        return super().__call__(*args, **kwargs)
+
+    def _check_inputs(self, args: tuple, kwargs: dict) -> None:
+        """Checks here rather than in ``forward``, whose signature Trainer inspects."""
         if kwargs.get("output_attentions") or self.config.output_attentions:
             raise ValueError(
                 f"attention method {self.config.attn_impl!r} does not form attention probabilities, so "
@@ -64,30 +79,33 @@ class EfficientModelMixin:
                 f"input of {tokens.shape[1]} tokens exceeds the position table ({limit} tokens allowed); "
                 f"call hf_efficient_attn.extend_position_embeddings(model, max_length={tokens.shape[1]}) first"
             )
-        return super().__call__(*args, **kwargs)
 
     def initialize_weights(self) -> None:
-        """Transformers' initialisation, then the method modules' own. Transformers marks the
-        weights read from a checkpoint, and its guard makes ``torch.nn.init`` skip them, so only
-        method parameters missing from the checkpoint are initialised. (Overriding
-        ``_init_weights`` would not do: Transformers dispatches the modules of an inner model,
-        e.g. ``BertForSequenceClassification.bert``, to that inner model's ``_init_weights``.)"""
+        """Transformers' initialisation, then the method modules' own: every method parameter or
+        buffer that the checkpoint did not provide takes the value a freshly built method has
+        (:func:`registry.build_method` draws reproducibly), so a reload never re-draws them at random.
+        (Overriding ``_init_weights`` would not do: Transformers dispatches the modules of an inner
+        model, e.g. ``BertForSequenceClassification.bert``, to that inner model's ``_init_weights``.)"""
         super().initialize_weights()
-        with torch.no_grad(), guard_torch_init_functions():
-            for module in self.modules():
-                if isinstance(module, AttentionMethod):
-                    module.reset_parameters()
+        with torch.no_grad():
+            for method in [m for m in self.modules() if isinstance(m, AttentionMethod)]:
+                fresh = build_method(method.name, method.options.to_dict(), method.shape)
+                fresh_tensors = dict([*fresh.named_parameters(), *fresh.named_buffers()])
+                for name, tensor in [*method.named_parameters(), *method.named_buffers()]:
+                    # Transformers marks what it read from the checkpoint with this flag (the one its
+                    # own guarded init functions check; no public accessor in 5.23).
+                    if not getattr(tensor, "_is_hf_initialized", False):
+                        tensor.copy_(fresh_tensors[name])
 
     def set_attn_implementation(self, attn_implementation: str | dict, **kwargs: Any) -> None:
         """A method name re-patches (default options for a new method), anything else unpatches."""
-        requested = attn_implementation
-        if isinstance(requested, dict):
-            # Private config field: the attention Transformers runs now (no public getter in 5.23).
-            requested = requested.get("", self.config._attn_implementation)
-        if requested in list_methods():
-            patch_model(self, requested, None if requested != self.config.attn_impl else self.config.attn_config)
-        else:
+        method = method_named_by(attn_implementation)
+        if method is not None:
+            patch_model(self, method)
+        elif is_patched(self):
             unpatch_model(self, restore=attn_implementation)
+        else:
+            super().set_attn_implementation(attn_implementation, **kwargs)
 
 
 def efficient_class(model_class: type[PreTrainedModel]) -> type[PreTrainedModel]:
@@ -118,8 +136,13 @@ def _base_class(model: nn.Module) -> type:
 
 
 def _dispatch(model: PreTrainedModel, attn_implementation: str | dict) -> None:
-    """Transformers' own ``set_attn_implementation`` (not the efficient override)."""
-    if model.config.model_type != "longformer":  # Longformer's attention class is swapped instead
+    """Transformers' own ``set_attn_implementation`` (not the efficient override). Longformer's
+    attention class is swapped instead, and its mask creation dispatches on the config's attention
+    implementation, which must stay Transformers' "eager" (Longformer's only one); set through the
+    config's private field, as Longformer cannot switch it (no public route in 5.23)."""
+    if model.config.model_type == "longformer":
+        model.config._attn_implementation = "eager"
+    else:
         PreTrainedModel.set_attn_implementation(model, attn_implementation)
 
 
@@ -140,31 +163,28 @@ def patch_model(
     its method (the old method's parameters are dropped). Undo with :func:`unpatch_model`.
     """
     config = model.config
-    saved = getattr(config, "attn_impl", None)
-    if attn_impl is None:
-        if saved is None:
-            raise ValueError(
-                "patch_model needs attn_impl (the model's config names no method); "
-                f"known methods: {', '.join(list_methods())}"
-            )
-        attn_impl = saved
-    get_method_class(attn_impl)  # unknown name -> ValueError listing the known ones
+    if attn_impl is None and getattr(config, "attn_impl", None) is None:
+        raise ValueError(
+            "patch_model needs attn_impl (the model's config names no method); "
+            f"known methods: {', '.join(list_methods())}"
+        )
+    attn_impl, options = resolve_method(config, attn_impl, attn_config)
     check_supported(config, attn_impl)
     if getattr(config, "output_attentions", False):
         raise ValueError(
             f"attention method {attn_impl!r} does not form attention probabilities; the config asks for "
             "output_attentions=True: set it to False"
         )
-    options = resolve_options(attn_impl, attn_config, base=getattr(config, "attn_config", None) if attn_impl == saved else None)
     if is_patched(model):
         unpatch_model(model)
     restore = config._attn_implementation  # no public accessor (see bridge.py)
+    restore = None if method_named_by(restore) else restore  # built as a method: unpatching restores the default
 
     modules = self_attention_modules(model)
     for layer_idx, module in enumerate(modules):
         if isinstance(module, LongformerSelfAttention):
             module.__class__ = EfficientLongformerSelfAttention  # same parameters, same state-dict keys
-        method = build_method(attn_impl, options.to_dict(), layer_shape(config, layer_idx))
+        method = build_method(attn_impl, options, layer_shape(config, layer_idx))
         param = next(module.parameters())
         method.to(device=param.device, dtype=param.dtype).train(module.training)
         setattr(module, METHOD_ATTRIBUTE, method)
@@ -176,8 +196,9 @@ def patch_model(
     # public registration exists); kept in step with the pinned Transformers range (setup.cfg).
     _CAN_RECORD_REGISTRY[model] = model._can_record_outputs
     setattr(model, _RESTORE_ATTRIBUTE, restore)
-    config.attn_impl = attn_impl
-    config.attn_config = options.to_dict()
+    config.attn_impl, config.attn_config = attn_impl, options
+    # Saved to config.json, where plain Transformers reads it as the attention to run (registry.py).
+    config.attn_implementation = saved_attn_implementation(attn_impl)
     _dispatch(model, attn_impl)
     return model
 
@@ -193,7 +214,7 @@ def unpatch_model(model: PreTrainedModel, restore: str | dict | None = None) -> 
         if isinstance(module, EfficientLongformerSelfAttention):
             module.__class__ = LongformerSelfAttention
     restore = restore or getattr(model, _RESTORE_ATTRIBUTE, None) or "sdpa"
-    del model.config.attn_impl, model.config.attn_config
+    del model.config.attn_impl, model.config.attn_config, model.config.attn_implementation
     delattr(model, _RESTORE_ATTRIBUTE)
     model.__class__ = _base_class(model)
     _dispatch(model, restore)

@@ -13,8 +13,16 @@ _METHODS: dict[str, type[AttentionMethod]] = {}
 #: Called with the name of every method registered, including those registered before the
 #: listener (the bridge registers each name with Transformers this way).
 _LISTENERS: list[Callable[[str], None]] = []
-#: Seed of the initialisation of learnable methods in :func:`efficient_attention`.
-FUNCTIONAL_INIT_SEED = 0
+#: What a method module draws when it is built (Linformer's projections, convolutions) comes from
+#: torch's generator seeded with ``METHOD_INIT_SEED + layer index`` (:func:`build_method`), so a
+#: variant built twice, or reloaded from a checkpoint or a PEFT adapter that lacks those parameters,
+#: gets the same values; the global random state is left untouched.
+METHOD_INIT_SEED = 0
+#: Prefix of the ``attn_implementation`` a saved variant's config.json carries ("hf_efficient_attn:mra2").
+#: After ``import hf_efficient_attn`` Transformers runs it like the bare method name; in a process
+#: without the plugin Transformers refuses it with an error that names the package, instead of
+#: silently running exact attention.
+SAVED_NAME_PREFIX = "hf_efficient_attn:"
 
 
 def register_method(cls: type[AttentionMethod]) -> type[AttentionMethod]:
@@ -68,9 +76,57 @@ def resolve_options(
     return options_cls(**overrides)  # validates on construction
 
 
+def saved_attn_implementation(name: str) -> str:
+    """The ``attn_implementation`` that config.json records for method ``name``."""
+    return SAVED_NAME_PREFIX + name
+
+
+def method_named_by(attn_implementation: str | dict | None) -> str | None:
+    """The method an ``attn_implementation`` names (``"mra2"`` or ``"hf_efficient_attn:mra2"``), or
+    None for Transformers' own implementations (``"sdpa"``, ``"eager"``, ...) and for None. A dict (per
+    sub-config) is read at its top-level key ``""``, as Transformers does."""
+    if isinstance(attn_implementation, dict):
+        attn_implementation = attn_implementation.get("")
+    if not isinstance(attn_implementation, str):
+        return None
+    name = attn_implementation.removeprefix(SAVED_NAME_PREFIX)
+    if name != attn_implementation:
+        get_method_class(name)  # "hf_efficient_attn:<unknown>" -> ValueError listing the known methods
+    return name if name in _METHODS else None
+
+
+def resolve_method(
+    config: Any, attn_impl: str | None = None, attn_config: dict[str, Any] | None = None
+) -> tuple[str, dict[str, Any]] | None:
+    """The one rule for which method a model runs, and with which options (used by
+    ``hea.AutoModel*``, :func:`patch_model` and models loaded by plain Transformers):
+
+    - the method is ``attn_impl``, else the one saved in ``config.attn_impl``; None (no method named
+      or saved) means Transformers' own attention;
+    - its options are the method's defaults, updated by the options saved in ``config.attn_config``
+      when the config saves that same method, then by ``attn_config``.
+
+    ``ValueError`` for an unknown method or option, and for ``attn_config`` without a method.
+    """
+    saved = getattr(config, "attn_impl", None)
+    name = attn_impl or saved
+    if name is None:
+        if attn_config is not None:
+            raise ValueError(
+                "attn_config was given without attn_impl, and the config saves no method; "
+                f"name one with attn_impl= (known methods: {', '.join(list_methods())})"
+            )
+        return None
+    base = getattr(config, "attn_config", None) if name == saved else None
+    return name, resolve_options(name, attn_config, base=base).to_dict()
+
+
 def build_method(name: str, attn_config: dict[str, Any] | None, shape: AttentionShape) -> AttentionMethod:
-    """A method module for one attention layer."""
-    return get_method_class(name)(resolve_options(name, attn_config), shape)
+    """A method module for one attention layer, its parameters drawn reproducibly (:data:`METHOD_INIT_SEED`)."""
+    options = resolve_options(name, attn_config)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(METHOD_INIT_SEED + shape.layer_idx)
+        return get_method_class(name)(options, shape)
 
 
 def efficient_attention(
@@ -86,14 +142,11 @@ def efficient_attention(
 
     q, k, v are positional, so every option name is free (Linformer's ``k=``). A fresh method
     module is built for the call, in eval mode, so sampling methods are reproducible for a given
-    ``seed``, and learnable methods (Linformer) use their initialisation drawn with a fixed seed
-    (identical calls give identical outputs; the global RNG is left untouched).
+    ``seed``, and learnable methods (Linformer) use their reproducible initialisation
+    (:func:`build_method`: identical calls give identical outputs; the global RNG is left untouched).
     """
     if q.dim() != 4:
         raise ValueError(f"q, k, v must be (batch, heads, seq, head_dim), got q of shape {tuple(q.shape)}")
     shape = AttentionShape(num_heads=q.shape[1], head_dim=q.shape[-1], max_seq_len=q.shape[2])
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(FUNCTIONAL_INIT_SEED)
-        module = build_method(method, options, shape)
-    module = module.to(q.device).eval()
+    module = build_method(method, options, shape).to(q.device).eval()
     return module(q, k, v, key_padding_mask, q.shape[-1] ** -0.5)

@@ -131,9 +131,23 @@ def test_plain_transformers_unsupported_architecture_is_a_clear_error():
         model(input_ids=torch.randint(0, 50, (1, 8)))
 
 
-def test_plain_transformers_refuses_methods_with_parameters(tmp_path):
+def test_plain_auto_class_builds_methods_with_parameters_before_the_weights_load(tmp_path):
+    """Transformers' auto classes build the efficient subclass, so a learnable method's parameters
+    exist when the weights load, as with the plugin's own auto classes."""
     T.AutoModel.from_config(tiny_config("bert")).save_pretrained(tmp_path)
-    model = T.AutoModel.from_pretrained(tmp_path, attn_implementation="linformer")
+    ids, mask = batch()
+    via_transformers = T.AutoModel.from_pretrained(tmp_path, attn_implementation="linformer").eval()
+    via_plugin = hea.AutoModel.from_pretrained(tmp_path, attn_impl="linformer").eval()
+    assert via_transformers.config.attn_impl == "linformer"
+    torch.testing.assert_close(hidden(via_transformers, ids, mask), hidden(via_plugin, ids, mask))
+
+
+def test_transformers_class_itself_refuses_methods_with_parameters(tmp_path):
+    """A model built from the Transformers class itself (not an auto class) has no method modules
+    when its weights load: a learnable method is refused at the first call, never silently
+    initialised at random."""
+    T.AutoModel.from_config(tiny_config("bert")).save_pretrained(tmp_path)
+    model = T.BertModel.from_pretrained(tmp_path, attn_implementation="linformer")
     with pytest.raises(ValueError, match="learnable parameters"):
         hidden(model, *batch())
 

@@ -23,13 +23,19 @@ from hub_fixtures import ARCHITECTURES, CASES, forward, load_without_plugin
 #: Runs in a fresh process with the plugin imported: the shipped code and the plugin side by side.
 SHIPPED_CODE_BESIDE_THE_PLUGIN = textwrap.dedent(
     """
-    import sys, torch, transformers
+    import json, sys, torch, transformers
+    from transformers.dynamic_module_utils import get_class_from_dynamic_module
     import hf_efficient_attn as hea
     folder, inputs, output = sys.argv[1], torch.load(sys.argv[2]), sys.argv[3]
-    remote = transformers.AutoModelForMaskedLM.from_pretrained(folder, trust_remote_code=True).eval()
+    # With the plugin imported, Transformers prefers its registered classes even with trust_remote_code=True ...
+    preferred = transformers.AutoModelForMaskedLM.from_pretrained(folder, trust_remote_code=True).eval()
+    # ... and the shipped classes still load beside it, by name
+    auto_map = json.load(open(f"{folder}/config.json"))["auto_map"]
+    remote = get_class_from_dynamic_module(auto_map["AutoModelForMaskedLM"], folder).from_pretrained(folder).eval()
     plugin = hea.AutoModelForMaskedLM.from_pretrained(folder).eval()  # after the shipped code registered its names
     with torch.no_grad():
-        result = {"remote": remote(**inputs)[0], "plugin": plugin(**inputs)[0], "module": type(remote).__module__}
+        result = {"remote": remote(**inputs)[0], "plugin": plugin(**inputs)[0], "preferred": preferred(**inputs)[0],
+                  "module": type(remote).__module__, "preferred_module": type(preferred).__module__}
     torch.save(result, output)
     """
 )
@@ -38,14 +44,15 @@ SHIPPED_CODE_BESIDE_THE_PLUGIN = textwrap.dedent(
 @pytest.mark.parametrize("case", CASES + ["base-of-mlm"])
 def test_plugin_free_process_reproduces_the_author_model(hub_variants, case):
     """transformers.AutoModel*(..., trust_remote_code=True) without the plugin = the author's outputs,
-    while plain Transformers without the shipped code (exact attention) does not."""
+    and so does plain Transformers without the shipped code once the plugin is imported (this process)."""
     shared_case = hub_variants[case]
     remote = shared_case.remote
     assert remote["module"].startswith("transformers_modules.") and remote["class"].startswith("Efficient")
     assert remote["attn"] == shared_case.author.config.attn_impl
     torch.testing.assert_close((remote["output"], remote["hidden"]), shared_case.expected)
-    plain = getattr(T, shared_case.auto_class).from_pretrained(shared_case.folder)  # no trust_remote_code: exact
-    assert not torch.allclose(forward(plain, shared_case.inputs)[1], shared_case.expected[1], atol=1e-3)
+    plain = getattr(T, shared_case.auto_class).from_pretrained(shared_case.folder)  # no trust_remote_code
+    assert type(plain).__module__ == "hf_efficient_attn.patching"
+    torch.testing.assert_close(forward(plain, shared_case.inputs), shared_case.expected)
 
 
 @pytest.mark.parametrize("name", hea.list_methods())
@@ -108,8 +115,9 @@ def test_real_minilm_stretched_to_4096_loads_as_itself_both_ways(tmp_path):
 
 
 def test_shipped_code_and_the_plugin_work_side_by_side(hub_variants, tmp_path):
-    """With the plugin installed, trust_remote_code=True still gives the author's model, and plugin
-    models loaded afterwards (the shipped bridge re-registered the method's names) too."""
+    """With the plugin imported, trust_remote_code=True gives the plugin's class (Transformers prefers
+    registered classes), the shipped classes still load beside it, and plugin models loaded
+    afterwards (the shipped bridge re-registered the method's names) too: all the author's model."""
     case = hub_variants[CASES[0]]
     torch.save(case.inputs, tmp_path / "inputs.pt")
     env = {**os.environ, "HF_MODULES_CACHE": str(tmp_path / "modules")}
@@ -118,8 +126,9 @@ def test_shipped_code_and_the_plugin_work_side_by_side(hub_variants, tmp_path):
     assert run.returncode == 0, run.stderr[-3000:]
     result = torch.load(tmp_path / "out.pt")
     assert result["module"].startswith("transformers_modules.")
-    torch.testing.assert_close(result["remote"], case.expected[0])
-    torch.testing.assert_close(result["plugin"], case.expected[0])
+    assert result["preferred_module"] == "hf_efficient_attn.patching"
+    for key in ("remote", "plugin", "preferred"):
+        torch.testing.assert_close(result[key], case.expected[0])
 
 
 def test_the_4096_variant_keeps_its_position_table(hub_variants):
