@@ -180,6 +180,13 @@ class Shared:
 
 
 ARCHITECTURES = ["roberta", "xlm-roberta", "electra", "camembert", "longformer"]
+#: Small budgets, so that every method approximates on tiny inputs.
+SMALL_BUDGETS = {"k": 16, "num_features": 16, "num_samples": 8, "num_landmarks": 8, "block_size": 8, "block_per_row": 1}
+
+
+def small_options(name: str, **extra) -> dict:
+    """The options of ``SMALL_BUDGETS`` (and ``extra``) that method ``name`` has."""
+    return {o: v for o, v in {**SMALL_BUDGETS, **extra}.items() if o in hea.method_options(name)}
 CASES = ["bert-mra2-patched", "roberta-performer-converted", "bert-linformer-trained", "roberta-mra2-4096"]
 
 def build_variants(tmp: Path) -> dict[str, Shared]:
@@ -238,18 +245,7 @@ def build_variants(tmp: Path) -> dict[str, Shared]:
     for name in hea.list_methods():  # every method, small budgets so that they approximate
         torch.manual_seed(0)
         config = tiny_config("bert")
-        options = {
-            o: v
-            for o, v in {
-                "k": 16,
-                "num_features": 16,
-                "num_samples": 8,
-                "num_landmarks": 8,
-                "block_size": 8,
-                "block_per_row": 1,
-            }.items()
-            if o in hea.method_options(name)
-        }
+        options = small_options(name)
         model = hea.patch_model(T.BertModel(config), name, options)
         folder = export_variant(
             model, bert_tokenizer(), tmp / f"method-{name}", repo_id=f"someone/{name}", base_model=BERT_BASE, **licence
