@@ -135,18 +135,48 @@ def efficient_attention(
     v: torch.Tensor,
     /,
     method: str = "mra2",
-    key_padding_mask: torch.Tensor | None = None,
+    attention_mask: torch.Tensor | None = None,
     **options: Any,
 ) -> torch.Tensor:
     """Attention of unscaled q, k, v (B, H, N, D) by ``method``; returns (B, H, N, D).
+
+    ``attention_mask``: (B, N), True (or 1) for real tokens, False (0) for padding: the convention of
+    Transformers' ``attention_mask`` and of PyTorch's boolean ``attn_mask`` in
+    ``scaled_dot_product_attention`` (True = takes part in attention); the opposite of
+    ``nn.MultiheadAttention``'s ``key_padding_mask``. Bool or integer tensors; anything else is a
+    ``ValueError``.
 
     q, k, v are positional, so every option name is free (Linformer's ``k=``). A fresh method
     module is built for the call, in eval mode, so sampling methods are reproducible for a given
     ``seed``, and learnable methods (Linformer) use their reproducible initialisation
     (:func:`build_method`: identical calls give identical outputs; the global RNG is left untouched).
     """
+    if "key_padding_mask" in options:
+        raise ValueError(
+            "efficient_attention takes attention_mask (True = real token, as Transformers' attention_mask), "
+            "not key_padding_mask (whose PyTorch convention, True = padding, is the opposite)"
+        )
     if q.dim() != 4:
         raise ValueError(f"q, k, v must be (batch, heads, seq, head_dim), got q of shape {tuple(q.shape)}")
+    real = _real_tokens(attention_mask, (q.shape[0], k.shape[2]))
     shape = AttentionShape(num_heads=q.shape[1], head_dim=q.shape[-1], max_seq_len=q.shape[2])
     module = build_method(method, options, shape).to(q.device).eval()
-    return module(q, k, v, key_padding_mask, q.shape[-1] ** -0.5)
+    return module(q, k, v, real, q.shape[-1] ** -0.5)
+
+
+def _real_tokens(attention_mask: torch.Tensor | None, shape: tuple[int, int]) -> torch.Tensor | None:
+    """``attention_mask`` as the bool (B, N) mask of real tokens the methods take; ``ValueError`` for a
+    mask of another shape or of a floating dtype (an additive float mask would be misread)."""
+    if attention_mask is None:
+        return None
+    if not isinstance(attention_mask, torch.Tensor) or tuple(attention_mask.shape) != shape:
+        raise ValueError(
+            f"attention_mask must be a (batch, seq) = {shape} tensor with True (or 1) for real tokens, got "
+            f"{tuple(attention_mask.shape) if isinstance(attention_mask, torch.Tensor) else type(attention_mask).__name__}"
+        )
+    if attention_mask.is_floating_point() or attention_mask.is_complex():
+        raise ValueError(
+            f"attention_mask must be bool or integer (True / 1 = real token), got {attention_mask.dtype}; "
+            "an additive float mask (0 / -inf) is not accepted: pass mask == 0 instead"
+        )
+    return attention_mask.bool()
