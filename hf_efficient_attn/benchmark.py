@@ -13,6 +13,12 @@ Two benchmarks, each a table (markdown + csv), the raw measurements (json) and a
   freed memory for reuse, as the training scripts do on CPU (:mod:`.cpu_allocator`;
   ``--glibc-malloc``: glibc's defaults). Writes ``model_step.{md,csv,json,png}``.
 
+- ``--compile``: eager against ``torch.compile`` for the same roberta-base-width model (an inference
+  forward or, with ``--train``, a training step) on a padded batch (the last row a quarter padding),
+  per method with Transformers' SDPA beside: the eager call, the first compiled call (compilation
+  included, with Inductor's caches off so that every process compiles from scratch) and the
+  steady-state compiled call. Writes ``compile.{md,csv,json}``.
+
 A method is given as ``NAME`` or ``NAME:OPTION=VALUE,...`` (e.g. ``mra2:backend=flex``).
 A process times the median of ``--repeats`` calls after ``--warmup`` untimed calls: one for the
 attention (it compiles compiled kernels), two for ``--model``, whose first step allocates the
@@ -168,6 +174,54 @@ def model_step(spec: str, seq_len: int, *, layers: int = 2, vocab_size: int = 10
     return mlm_training_step(model, batch, seq_len, dtype)
 
 
+def padded_batch(vocab_size: int, batch: int, seq_len: int, device: str) -> dict[str, torch.Tensor]:
+    """Random tokens with an attention mask whose last row (of two or more) is a quarter padding."""
+    input_ids = torch.randint(3, vocab_size, (batch, seq_len), device=device)
+    attention_mask = torch.ones_like(input_ids)
+    if batch > 1:
+        attention_mask[-1, seq_len - seq_len // 4:] = 0
+    labels = torch.where(torch.rand(batch, seq_len, device=device) < 0.15, input_ids, -100).masked_fill(
+        attention_mask == 0, -100)
+    return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
+
+
+def compile_timings(spec: str, seq_len: int, *, train: bool = False, layers: int = 2, vocab_size: int = 1024,
+                    batch: int = 2, device: str = "cpu", dtype: str = "fp32", repeats: int = 3,
+                    warmup: int = 1) -> dict[str, float]:
+    """Seconds of one call of the model eager (median of ``repeats`` after ``warmup``), of the first
+    call of ``torch.compile(model)`` (compilation included) and of a steady-state compiled call
+    (median); the call is an inference forward, or with ``train`` a training step (forward,
+    backward, AdamW step) on :func:`padded_batch`."""
+    torch.manual_seed(0)
+    model = build_mlm_model(spec, seq_len, layers, vocab_size).to(device).train(train)
+    inputs = padded_batch(vocab_size, batch, seq_len, device)
+    amp_dtype, dev = DTYPES[dtype], torch.device(device)
+
+    def make_step(module: torch.nn.Module) -> Callable[[], None]:
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5) if train else None
+
+        def step() -> None:
+            with torch.set_grad_enabled(train), torch.autocast(dev.type, dtype=amp_dtype,
+                                                                enabled=amp_dtype != torch.float32):
+                loss = module(**inputs).loss
+            if optimizer is not None:
+                loss.backward()
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+
+        return step
+
+    eager = median_seconds(make_step(model), dev, repeats, warmup)
+    compiled_step = make_step(torch.compile(model))
+    _sync(dev)
+    start = time.perf_counter()
+    compiled_step()
+    _sync(dev)
+    first_call = time.perf_counter() - start
+    return {"eager_s": eager, "first_compiled_call_s": first_call,
+            "compiled_s": median_seconds(compiled_step, dev, repeats, warmup)}
+
+
 # ----------------------------------------------------------------------------- how it is measured
 
 
@@ -220,8 +274,9 @@ def call_peak_mb(step: Callable[[], None], device: torch.device) -> float:
     return max(_peak_resident_mb() - before, 0.0)
 
 
-def _worker(request: dict[str, Any]) -> float:
-    """Seconds (``request["measure"] == "time"``) or peak MB (``"memory"``) of the step asked for."""
+def _worker(request: dict[str, Any]) -> float | dict[str, float]:
+    """Seconds (``request["measure"] == "time"``) or peak MB (``"memory"``) of the step asked for;
+    for ``kind`` "compile", the timings of :func:`compile_timings`."""
     request = dict(request)
     what, kind, repeats, warmup, threads = (
         request.pop(key) for key in ("measure", "kind", "repeats", "warmup", "threads"))
@@ -232,20 +287,25 @@ def _worker(request: dict[str, Any]) -> float:
         keep_freed_memory()  # as the training scripts do
     if threads:
         torch.set_num_threads(threads)
+    if kind == "compile":
+        return compile_timings(**request, repeats=repeats, warmup=warmup)
     step = (model_step if kind == "model" else attention_step)(**request)
     device = torch.device(request["device"])
     return median_seconds(step, device, repeats, warmup) if what == "time" else call_peak_mb(step, device)
 
 
 def measure_in_fresh_process(what: str, kind: str, repeats: int = 3, warmup: int = 1, threads: int | None = None,
-                             **request: Any) -> tuple[float, int]:
+                             **request: Any) -> tuple[Any, int]:
     """(value, pid): the time (``what`` "time") or peak memory ("memory") of one step (``kind``
     "attention": :func:`attention_step`, "model": :func:`model_step`) in a fresh interpreter, so
     that no measurement shares memory, caches or compiled kernels with another."""
     job = json.dumps({"kind": kind, "measure": what, "repeats": repeats, "warmup": warmup, "threads": threads,
                       **request})
+    # Compile jobs compile from scratch: Inductor's on-disk caches would hand later processes the
+    # kernels of earlier ones.
+    env = {**os.environ, "TORCHINDUCTOR_FORCE_DISABLE_CACHES": "1"} if kind == "compile" else None
     done = subprocess.run([sys.executable, "-m", "hf_efficient_attn.benchmark", "--worker", job],
-                          capture_output=True, text=True, check=False)
+                          capture_output=True, text=True, check=False, env=env)
     if done.returncode != 0:
         raise RuntimeError(f"{kind} benchmark ({what}) of {request['spec']} at n={request['seq_len']} failed:\n"
                            f"{done.stderr[-2000:]}")
@@ -285,6 +345,43 @@ def measure_all(jobs: list[dict[str, Any]], rounds: int = 1) -> list[Measurement
         Measurement(job["spec"], job["seq_len"], _mode(job), statistics.median(times[i]), peaks[i], pids[i], times[i])
         for i, job in enumerate(jobs) if i not in failed
     ]
+
+
+def measure_compile(jobs: list[dict[str, Any]], rounds: int = 1) -> list[dict[str, Any]]:
+    """:func:`compile_timings` of every job in each of ``rounds`` rounds (a fresh process per job
+    and round); one row per job with the medians, and the ratios to the SDPA model's (first
+    compiled call over SDPA's: the price of compiling the method; medians of per-round ratios)."""
+    results: list[list[dict[str, float]]] = [[] for _ in jobs]
+    progress = tqdm(total=len(jobs) * rounds, desc="compile benchmark", unit="run")
+    for round_index in range(rounds):
+        for i, job in enumerate(jobs):
+            progress.set_postfix_str(f"{job['spec']} n={job['seq_len']} round {round_index + 1}/{rounds}")
+            timings, _ = measure_in_fresh_process("time", **job)
+            results[i].append(timings)
+            tqdm.write(f"{job['spec']:24s} n={job['seq_len']:6d} round {round_index + 1}: eager "
+                       f"{timings['eager_s'] * 1000:.1f} ms, first compiled call {timings['first_compiled_call_s']:.1f} s, "
+                       f"compiled {timings['compiled_s'] * 1000:.1f} ms")
+            progress.update()
+    progress.close()
+    reference = {job["seq_len"]: results[i] for i, job in enumerate(jobs) if job["spec"] == MODEL_REFERENCE}
+    rows = []
+    for job, rounds_of_job in zip(jobs, results):
+        def median(key: str) -> float:
+            return statistics.median(r[key] for r in rounds_of_job)
+
+        ref = reference.get(job["seq_len"])
+        row: dict[str, Any] = {
+            "method": job["spec"], "n": job["seq_len"], "call": "train step" if job["train"] else "forward",
+            "eager_ms": round(median("eager_s") * 1000, 1),
+            "first_compiled_call_s": round(median("first_compiled_call_s"), 1),
+            "compiled_ms": round(median("compiled_s") * 1000, 1),
+            "compiled_speedup": round(statistics.median(r["eager_s"] / r["compiled_s"] for r in rounds_of_job), 2),
+        }
+        if ref is not None:
+            row["first_call_vs_sdpa"] = round(statistics.median(
+                r["first_compiled_call_s"] / s["first_compiled_call_s"] for r, s in zip(rounds_of_job, ref)), 2)
+        rows.append(row)
+    return rows
 
 
 def _mode(job: dict[str, Any]) -> str:
@@ -403,7 +500,22 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     common = dict(batch=args.batch, device=args.device, dtype=args.dtype, repeats=args.repeats, warmup=args.warmup,
                   threads=args.threads)
     out = Path(args.out_dir)
-    if args.model:
+    if args.compile:
+        specs = [MODEL_REFERENCE] + [s for s in args.methods if s != MODEL_REFERENCE]
+        jobs = [dict(kind="compile", spec=s, seq_len=n, train=args.train, layers=args.layers,
+                     vocab_size=args.vocab_size, **common) for n in args.seq_lens for s in specs]
+        rows = measure_compile(jobs, args.rounds)
+        call = "training step (MLM forward + backward + AdamW)" if args.train else "inference forward"
+        title = (f"torch.compile against eager: {call} of a roberta-base-width encoder, {args.layers} layer(s), "
+                 f"batch {args.batch} (the last row a quarter padding); {_setting(args)}; Inductor caches off")
+        out.mkdir(parents=True, exist_ok=True)
+        with open(out / "compile.csv", "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+        (out / "compile.md").write_text(f"{title}\n\n{markdown(rows)}\n")
+        (out / "compile.json").write_text(json.dumps(rows, indent=1))
+    elif args.model:
         specs = [MODEL_REFERENCE, MODEL_FLOOR] + [s for s in args.methods if s not in (MODEL_REFERENCE, MODEL_FLOOR)]
         jobs = [dict(kind="model", spec=s, seq_len=n, layers=args.layers, vocab_size=args.vocab_size,
                      glibc_malloc=args.glibc_malloc, **common)
@@ -435,15 +547,19 @@ def parser() -> argparse.ArgumentParser:
         epilog="examples:\n"
                "  python scripts/benchmark.py --methods mra2 nystromformer --seq-lens 1024 4096\n"
                "  python scripts/benchmark.py --model                    # mra2, mra2_s vs sdpa and vmean\n"
-               "  python scripts/benchmark.py --model --device cuda --dtype bf16 --methods mra2 mra2:backend=flex",
+               "  python scripts/benchmark.py --model --device cuda --dtype bf16 --methods mra2 mra2:backend=flex\n"
+               "  python scripts/benchmark.py --compile --methods mra2 nystromformer --seq-lens 1024",
     )
     p.add_argument("--model", action="store_true", help="benchmark a whole-model training step instead of attention")
+    p.add_argument("--compile", action="store_true",
+                   help="benchmark torch.compile against eager for a whole model (SDPA beside); default seq-lens 1024")
+    p.add_argument("--train", action="store_true", help="--compile only: time a training step instead of a forward")
     p.add_argument("--methods", nargs="+", metavar="NAME[:OPTION=VALUE,...]",
                    help=f"methods to compare with SDPA; default: every method ({', '.join(list_methods())}), "
                         f"with --model: {' '.join(DEFAULT_MODEL_METHODS)}")
     p.add_argument("--seq-lens", nargs="+", type=int,
                    help="default: 512 1024 2048 4096; with --model: 1024 2048 4096 8192 16384")
-    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--batch", type=int, help="default: 1; with --compile: 2 (the last row a quarter padding)")
     p.add_argument("--heads", type=int, default=12, help="attention benchmark only")
     p.add_argument("--head-dim", type=int, default=64, help="attention benchmark only")
     p.add_argument("--layers", type=int, default=2, help="--model only: encoder layers")
@@ -477,8 +593,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.worker:
         return args
-    if args.model and args.forward_only:
-        p.error("--forward-only applies to the attention benchmark, not to --model (a training step)")
+    if args.model and args.compile:
+        p.error("--model and --compile are two benchmarks: give one of them")
+    if args.train and not args.compile:
+        p.error("--train applies to --compile (--model always times a training step)")
+    if (args.model or args.compile) and args.forward_only:
+        p.error("--forward-only applies to the attention benchmark only")
+    if args.batch is None:
+        args.batch = 2 if args.compile else 1  # --compile: a padded batch, as served or trained
     if args.glibc_malloc and not (args.model and args.device == "cpu"):
         p.error("--glibc-malloc applies to --model on CPU only (the attention benchmark always uses glibc's defaults)")
     if args.device == "cuda" and not torch.cuda.is_available():
@@ -495,13 +617,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         if getattr(args, name) is not None and getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be a positive integer, got {getattr(args, name)}")
     if args.seq_lens is None:
-        args.seq_lens = [1024, 2048, 4096, 8192, 16384] if args.model else [512, 1024, 2048, 4096]
+        args.seq_lens = [1024] if args.compile else [1024, 2048, 4096, 8192, 16384] if args.model else [512, 1024, 2048, 4096]
     if any(n < 1 for n in args.seq_lens):
         p.error(f"--seq-lens must be positive integers, got {args.seq_lens}")
     if args.methods is None:
         args.methods = DEFAULT_MODEL_METHODS if args.model else list_methods()
     for spec in args.methods:
-        if args.model and spec == MODEL_REFERENCE:
+        if (args.model or args.compile) and spec == MODEL_REFERENCE:
             continue
         try:
             resolve_options(*parse_method_spec(spec))

@@ -34,6 +34,9 @@ def test_parse_method_spec():
     (["--threads", "0"], "--threads"),
     (["--model", "--rounds", "0"], "--rounds"),
     (["--model", "--warmup", "-1"], "--warmup"),
+    (["--model", "--compile"], "two benchmarks"),
+    (["--train"], "--train applies to --compile"),
+    (["--compile", "--forward-only"], "--forward-only"),
 ])
 def test_bad_command_lines_are_argparse_errors(argv, match, capsys):
     with pytest.raises(SystemExit):
@@ -48,6 +51,15 @@ def test_defaults_follow_the_benchmark():
     attention = benchmark.parse_args([])
     assert "mra2" in attention.methods and "softmax" in attention.methods
     assert (attention.rounds, attention.repeats, attention.warmup) == (1, 3, 1)
+    compiled = benchmark.parse_args(["--compile"])
+    assert compiled.seq_lens == [1024] and compiled.batch == 2 and not compiled.train
+    assert benchmark.parse_args(["--compile", "--batch", "1"]).batch == 1 and attention.batch == 1
+
+
+def test_compile_inputs_are_a_padded_batch():
+    inputs = benchmark.padded_batch(64, 2, 16, "cpu")
+    assert inputs["attention_mask"][0].all() and inputs["attention_mask"][1].sum() == 12
+    assert (inputs["labels"][1, 12:] == -100).all()
 
 
 def test_the_timed_calls_follow_the_warm_up_calls():
@@ -197,3 +209,18 @@ def test_model_benchmark_command_line_end_to_end(tmp_path):
         assert float(row["speedup_vs_sdpa"]) == round(sum(per_round) / 2, 2)
     assert (tmp_path / "model_step.md").read_text().count("\n| ") == len(rows) + 1  # header + rows
     assert (tmp_path / "model_step.png").stat().st_size > 10_000
+
+
+@pytest.mark.slow
+def test_compile_benchmark_command_line_end_to_end(tmp_path):
+    """--compile at a tiny size: eager, first compiled call and compiled times for SDPA and a method,
+    the first call including compilation, and the ratios derived from the times."""
+    benchmark.main(["--compile", "--methods", "softmax", "--seq-lens", "64", "--layers", "1", "--vocab-size", "64",
+                    "--repeats", "1", "--out-dir", str(tmp_path)])
+    rows = json.loads((tmp_path / "compile.json").read_text())
+    assert [r["method"] for r in rows] == ["sdpa", "softmax"] and {r["call"] for r in rows} == {"forward"}
+    for row in rows:
+        assert row["first_compiled_call_s"] * 1000 > row["compiled_ms"] > 0 and row["eager_ms"] > 0
+        assert row["compiled_speedup"] == pytest.approx(row["eager_ms"] / row["compiled_ms"], rel=0.05)
+    assert rows[0]["first_call_vs_sdpa"] == 1.0
+    assert (tmp_path / "compile.md").read_text().count("\n| ") == len(rows) + 1
