@@ -20,6 +20,10 @@ from .longformer import EfficientLongformerSelfAttention
 from .methods.base import METHOD_ATTRIBUTE, AttentionMethod, AttentionShape, is_tracing
 from .registry import build_method, method_named_by, on_register, resolve_method, saved_attn_implementation
 
+#: Attribute a patched model sets on its method modules for a call with ``output_attentions=True``;
+#: then methods that form attention probabilities (those with a ``probabilities`` method) return them.
+RETURN_PROBABILITIES = "return_probabilities"
+
 #: model_type -> class name of its self-attention module (adding an architecture is one line).
 SELF_ATTENTION_CLASSES: dict[str, str] = {
     "bert": "BertSelfAttention",
@@ -111,7 +115,8 @@ def efficient_attention_forward(
     dropout: float = 0.0,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, None]:
-    """``AttentionInterface`` function: q, k, v (B, H, N, D) -> ((B, N, H, D), None).
+    """``AttentionInterface`` function: q, k, v (B, H, N, D) -> ((B, N, H, D), probabilities or None);
+    the probabilities (B, H, N, N) only when the model asked the method for them (``output_attentions``).
 
     Attention-probability dropout is not applied: the approximations never form the
     probability matrix (the same choice as the official MRA/YOSO/Nystromformer code).
@@ -123,8 +128,12 @@ def efficient_attention_forward(
     if method is None or method.name != name:
         method = _plain_transformers_method(module, name)
     batch, _, seq_len, _ = query.shape
-    out = method(query, key, value, key_padding_mask_from(attention_mask, batch, seq_len), scaling)
-    return out.transpose(1, 2).contiguous(), None
+    key_padding_mask = key_padding_mask_from(attention_mask, batch, seq_len)
+    out = method(query, key, value, key_padding_mask, scaling)
+    weights = None
+    if getattr(method, RETURN_PROBABILITIES, False):  # output_attentions=True (patching.py)
+        weights = method.probabilities(query, key, key_padding_mask, query.shape[-1] ** -0.5 if scaling is None else scaling)
+    return out.transpose(1, 2).contiguous(), weights
 
 
 def key_padding_mask_function(

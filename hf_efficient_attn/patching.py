@@ -28,10 +28,10 @@ from transformers.models.longformer.modeling_longformer import LongformerSelfAtt
 # patched model must be registered or hidden states come back None (no public route in 5.23).
 from transformers.utils.output_capturing import _CAN_RECORD_REGISTRY
 
-from .bridge import check_supported, layer_shape, self_attention_modules
+from .bridge import RETURN_PROBABILITIES, check_supported, layer_shape, self_attention_modules
 from .long import max_tokens
 from .longformer import EfficientLongformerSelfAttention
-from .methods.base import METHOD_ATTRIBUTE, AttentionMethod
+from .methods.base import METHOD_ATTRIBUTE, AttentionMethod, is_tracing
 from .registry import build_method, list_methods, method_named_by, resolve_method, saved_attn_implementation
 
 logger = logging.getLogger(__name__)
@@ -60,17 +60,40 @@ class EfficientModelMixin:
             patch_model(self, method)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if is_patched(self):
-            self._check_inputs(args, kwargs)
-        return super().__call__(*args, **kwargs)
-
-    def _check_inputs(self, args: tuple, kwargs: dict) -> None:
-        """Checks here rather than in ``forward``, whose signature Trainer inspects."""
-        if kwargs.get("output_attentions") or self.config.output_attentions:
+        # Input checks here rather than in ``forward``, whose signature Trainer inspects.
+        if not is_patched(self):
+            return super().__call__(*args, **kwargs)
+        self._check_length(args, kwargs)
+        if not (kwargs.get("output_attentions") or self.config.output_attentions):
+            return super().__call__(*args, **kwargs)
+        methods = [m for m in self.modules() if isinstance(m, AttentionMethod)]
+        if self.config.model_type == "longformer" or not all(hasattr(m, "probabilities") for m in methods):
             raise ValueError(
                 f"attention method {self.config.attn_impl!r} does not form attention probabilities, so "
                 "output_attentions=True is not supported; call the model with output_attentions=False"
+                + ("" if self.config.model_type == "longformer" else " (only 'softmax' returns them)")
             )
+        for method in methods:
+            setattr(method, RETURN_PROBABILITIES, True)
+        try:
+            return super().__call__(*args, **kwargs)
+        finally:
+            for method in methods:
+                setattr(method, RETURN_PROBABILITIES, False)
+
+    def _check_length(self, args: tuple, kwargs: dict) -> None:
+        """The positions an input uses must lie in the position table: ``position_ids`` when given
+        (packed sequences may be longer than the table), else the input's length. Traced models check
+        the length only (reading position values is a host sync)."""
+        position_ids = kwargs.get("position_ids")
+        if position_ids is not None:
+            rows = self.config.max_position_embeddings
+            if not is_tracing() and position_ids.numel() and int(position_ids.max()) >= rows:
+                raise ValueError(
+                    f"position_ids reach {int(position_ids.max())}, beyond the position table ({rows} rows); "
+                    f"call hf_efficient_attn.extend_position_embeddings(model, max_length=...) first"
+                )
+            return
         tokens = kwargs.get("input_ids", args[0] if args else None)
         tokens = kwargs.get("inputs_embeds") if tokens is None else tokens
         limit = max_tokens(self.config)

@@ -147,3 +147,44 @@ def test_lora_adapter_saves_and_restores_the_method_parameters(tmp_path):
     reloaded = peft.PeftModel.from_pretrained(base(), tmp_path / "adapter").eval()
     torch.testing.assert_close(reloaded(input_ids=ids, attention_mask=mask).logits, expected)
     assert hea.modules_to_save(hea.patch_model(T.AutoModel.from_config(tiny_config("bert")), "mra2")) == []
+
+
+@pytest.mark.parametrize("model_type", ["bert", "roberta", "electra"])
+def test_softmax_returns_the_attention_probabilities_of_eager_attention(model_type):
+    torch.manual_seed(0)
+    eager = T.AutoModel.from_config(tiny_config(model_type), attn_implementation="eager").eval()
+    patched = hea.patch_model(copy.deepcopy(eager), "softmax")
+    ids, mask = batch()
+    with torch.no_grad():
+        expected = eager(input_ids=ids, attention_mask=mask, output_attentions=True)
+        got = patched(input_ids=ids, attention_mask=mask, output_attentions=True)
+    assert len(got.attentions) == len(expected.attentions) == 2
+    for mine, reference in zip(got.attentions, expected.attentions):  # padded query rows differ in layer 2
+        assert_same(mine.transpose(1, 2), reference.transpose(1, 2))  # (B, N, H, N): rows by query
+    assert_same(got.last_hidden_state, expected.last_hidden_state)
+    with torch.no_grad():  # asked for once: later calls form no probabilities
+        assert patched(input_ids=ids, attention_mask=mask).attentions is None
+
+
+def test_longformer_softmax_keeps_refusing_output_attentions():
+    patched = hea.patch_model(T.AutoModel.from_config(tiny_config("longformer")), "softmax")
+    with pytest.raises(ValueError, match="does not form attention probabilities"):
+        patched(*batch(), output_attentions=True)
+
+
+@pytest.mark.parametrize("model_type", ["bert", "roberta"])
+def test_packed_inputs_within_the_table_run_and_equal_sdpa(model_type):
+    """Two sequences packed into one row longer than the position table, positions restarting at
+    the second: every position is in the table, so the model runs, as Transformers' SDPA does."""
+    torch.manual_seed(0)
+    sdpa = T.AutoModel.from_config(tiny_config(model_type), attn_implementation="sdpa").eval()
+    patched = hea.patch_model(copy.deepcopy(sdpa), "softmax")
+    offset = sdpa.config.pad_token_id + 1 if model_type == "roberta" else 0
+    positions = torch.cat([torch.arange(100), torch.arange(90)])[None] + offset
+    ids = torch.randint(5, VOCAB, (1, 190))
+    assert ids.shape[1] > sdpa.config.max_position_embeddings
+    with torch.no_grad():
+        expected = sdpa(input_ids=ids, position_ids=positions).last_hidden_state
+        torch.testing.assert_close(patched(input_ids=ids, position_ids=positions).last_hidden_state, expected)
+    with pytest.raises(ValueError, match="position_ids reach 130, beyond the position table"):
+        patched(input_ids=ids[:, :131], position_ids=torch.arange(131)[None])

@@ -26,6 +26,17 @@ class SoftmaxAttention(AttentionMethod):
     def attend(self, q, k, v, key_padding_mask, scaling):
         return exact_attention(q, k, v, key_padding_mask, scaling)
 
+    @staticmethod
+    def probabilities(
+        q: torch.Tensor, k: torch.Tensor, key_padding_mask: torch.Tensor | None, scaling: float
+    ) -> torch.Tensor:
+        """softmax(Q K^T * scaling) over the real keys, (B, H, N, N): what ``output_attentions=True``
+        returns, as Transformers' eager attention (padded query rows too; no dropout)."""
+        scores = (q @ k.transpose(-1, -2)).float() * scaling
+        if key_padding_mask is not None:
+            scores = scores.masked_fill(~key_padding_mask[:, None, None, :], float("-inf"))
+        return scores.softmax(-1).to(q.dtype)
+
 
 def softmax_reference(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_padding_mask: torch.Tensor | None = None
