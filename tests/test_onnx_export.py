@@ -1,0 +1,72 @@
+"""scripts/export_onnx.py: a variant exported to ONNX runs in ONNX Runtime as in PyTorch, at the
+export length and at others, with a dynamic batch; a failed check is an error, never a silent file."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+import hf_efficient_attn as hea
+from hf_efficient_attn.serving import cli, onnx as serving
+from hub_fixtures import bert_tokenizer, small_options, tiny_config
+
+onnxruntime = pytest.importorskip("onnxruntime")
+
+
+def save_variant(folder, method, head="AutoModelForMaskedLM"):
+    torch.manual_seed(0)
+    config = tiny_config("bert", initializer_range=0.5)
+    model = getattr(hea, head).from_config(config, attn_impl=method, attn_config=small_options(method))
+    model.save_pretrained(folder)
+    bert_tokenizer().save_pretrained(folder)
+    return model.eval()
+
+
+def run_onnx(folder, inputs):
+    session = onnxruntime.InferenceSession(str(folder / "model.onnx"), providers=["CPUExecutionProvider"])
+    return session.run(None, {k: v.numpy() for k, v in inputs.items()})
+
+
+@pytest.mark.parametrize("method", ["softmax", "performer"])
+def test_exported_variant_equals_pytorch_at_any_length_and_batch(tmp_path, method):
+    model = save_variant(tmp_path / "variant", method)
+    cli.main(["--model_dir", str(tmp_path / "variant"), "--output_dir", str(tmp_path / "onnx"), "--export_length", "64"])
+    assert {"model.onnx", "config.json", "tokenizer.json", "onnx_validation.json"} <= {p.name for p in (tmp_path / "onnx").iterdir()}
+    checks = json.loads((tmp_path / "onnx" / "onnx_validation.json").read_text())
+    assert [c["seq_len"] for c in checks] == [64, 97]
+    for batch, length, real in [(3, 100, 71), (1, 17, 17)]:  # neither the export's batch nor its length
+        ids = torch.randint(5, model.config.vocab_size, (batch, length))
+        mask = torch.ones_like(ids)
+        mask[-1, real:] = 0
+        logits = run_onnx(tmp_path / "onnx", {"input_ids": ids, "attention_mask": mask})[0]
+        with torch.no_grad():
+            expected = model(input_ids=ids, attention_mask=mask).logits
+        real_tokens = mask.bool()
+        np.testing.assert_allclose(logits[real_tokens.numpy()], expected[real_tokens].numpy(), atol=1e-4, rtol=1e-4)
+
+
+def test_the_check_sees_a_different_model_and_a_failed_check_is_an_error(tmp_path, monkeypatch):
+    save_variant(tmp_path / "variant", "softmax")
+    exported = serving.load_for_export(str(tmp_path / "variant"))
+    serving.export_onnx(exported, tmp_path / "model.onnx", 32)
+    assert serving.validate(exported, tmp_path / "model.onnx", 40).passed
+    with torch.no_grad():
+        exported.bert.embeddings.word_embeddings.weight.add_(torch.randn(exported.config.vocab_size, 32) * 0.1)
+    check = serving.validate(exported, tmp_path / "model.onnx", 40)
+    assert not check.passed and max(check.max_abs_diff.values()) > serving.TOLERANCE
+    monkeypatch.setattr(serving, "validate", lambda model, path, n, seed=0: serving.Validation(n, {"logits": 1.0}))
+    with pytest.raises(ValueError, match="ONNX Runtime differs from PyTorch"):
+        serving.export_folder(str(tmp_path / "variant"), tmp_path / "out", seq_len=32)
+
+
+def test_bad_arguments_are_clear_errors(tmp_path):
+    with pytest.raises(ValueError, match="no such folder"):
+        serving.export_folder(str(tmp_path / "missing"), tmp_path / "out")
+    save_variant(tmp_path / "variant", "softmax")
+    with pytest.raises(ValueError, match=r"must lie in \[2, 128\]"):
+        serving.export_folder(str(tmp_path / "variant"), tmp_path / "out", seq_len=500)
+    (tmp_path / "busy").mkdir()
+    (tmp_path / "busy" / "x").write_text("")
+    with pytest.raises(ValueError, match="not empty"):
+        serving.export_folder(str(tmp_path / "variant"), tmp_path / "busy")
