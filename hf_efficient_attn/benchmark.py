@@ -18,6 +18,9 @@ Two benchmarks, each a table (markdown + csv), the raw measurements (json) and a
   per method with Transformers' SDPA beside: the eager call, the first compiled call (compilation
   included, with Inductor's caches off so that every process compiles from scratch) and the
   steady-state compiled call. Writes ``compile.{md,csv,json}``.
+- ``--onnx``: the same model's inference forward (batch 1, no padding) served by ONNX Runtime from
+  its ONNX export (``scripts/export_onnx.py``'s exporter), against eager PyTorch, per method with
+  Transformers' SDPA beside. Writes ``onnx.{md,csv,json}``.
 
 A method is given as ``NAME`` or ``NAME:OPTION=VALUE,...`` (e.g. ``mra2:backend=flex``).
 A process times the median of ``--repeats`` calls after ``--warmup`` untimed calls: one for the
@@ -274,9 +277,35 @@ def call_peak_mb(step: Callable[[], None], device: torch.device) -> float:
     return max(_peak_resident_mb() - before, 0.0)
 
 
+def onnx_timings(spec: str, seq_len: int, *, layers: int = 2, vocab_size: int = 1024, batch: int = 1,
+                 device: str = "cpu", dtype: str = "fp32", repeats: int = 3, warmup: int = 1) -> dict[str, float]:
+    """Seconds of one inference forward of the model in eager PyTorch and in ONNX Runtime (its
+    export by :func:`serving.onnx.export_onnx`), medians of ``repeats`` calls after ``warmup``."""
+    import tempfile
+
+    import onnxruntime
+
+    from .serving.onnx import export_onnx
+
+    torch.manual_seed(0)
+    model = build_mlm_model(spec, seq_len, layers, vocab_size).eval()
+    input_ids = torch.randint(3, vocab_size, (batch, seq_len))
+    inputs = {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids)}
+    with torch.no_grad():
+        eager = median_seconds(lambda: model(**inputs), torch.device("cpu"), repeats, warmup)
+    with tempfile.TemporaryDirectory() as folder:
+        export_onnx(model, f"{folder}/model.onnx", min(seq_len, 128))
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = torch.get_num_threads()
+        session = onnxruntime.InferenceSession(f"{folder}/model.onnx", options, providers=["CPUExecutionProvider"])
+        feed = {name: tensor.numpy() for name, tensor in inputs.items()}
+        served = median_seconds(lambda: session.run(None, feed), torch.device("cpu"), repeats, warmup)
+    return {"eager_s": eager, "onnxruntime_s": served}
+
+
 def _worker(request: dict[str, Any]) -> float | dict[str, float]:
     """Seconds (``request["measure"] == "time"``) or peak MB (``"memory"``) of the step asked for;
-    for ``kind`` "compile", the timings of :func:`compile_timings`."""
+    for ``kind`` "compile" and "onnx", the timings of :func:`compile_timings` / :func:`onnx_timings`."""
     request = dict(request)
     what, kind, repeats, warmup, threads = (
         request.pop(key) for key in ("measure", "kind", "repeats", "warmup", "threads"))
@@ -287,8 +316,8 @@ def _worker(request: dict[str, Any]) -> float | dict[str, float]:
         keep_freed_memory()  # as the training scripts do
     if threads:
         torch.set_num_threads(threads)
-    if kind == "compile":
-        return compile_timings(**request, repeats=repeats, warmup=warmup)
+    if kind in ("compile", "onnx"):
+        return (compile_timings if kind == "compile" else onnx_timings)(**request, repeats=repeats, warmup=warmup)
     step = (model_step if kind == "model" else attention_step)(**request)
     device = torch.device(request["device"])
     return median_seconds(step, device, repeats, warmup) if what == "time" else call_peak_mb(step, device)
@@ -347,39 +376,66 @@ def measure_all(jobs: list[dict[str, Any]], rounds: int = 1) -> list[Measurement
     ]
 
 
-def measure_compile(jobs: list[dict[str, Any]], rounds: int = 1) -> list[dict[str, Any]]:
-    """:func:`compile_timings` of every job in each of ``rounds`` rounds (a fresh process per job
-    and round); one row per job with the medians, and the ratios to the SDPA model's (first
-    compiled call over SDPA's: the price of compiling the method; medians of per-round ratios)."""
+def measure_timings(jobs: list[dict[str, Any]], rounds: int = 1) -> list[list[dict[str, float]]]:
+    """The timings (a dict of seconds: :func:`compile_timings`, :func:`onnx_timings`) of every job in
+    each of ``rounds`` rounds, a fresh process per job and round; per job, the list of its rounds."""
     results: list[list[dict[str, float]]] = [[] for _ in jobs]
-    progress = tqdm(total=len(jobs) * rounds, desc="compile benchmark", unit="run")
+    progress = tqdm(total=len(jobs) * rounds, desc=f"{jobs[0]['kind']} benchmark", unit="run")
     for round_index in range(rounds):
         for i, job in enumerate(jobs):
             progress.set_postfix_str(f"{job['spec']} n={job['seq_len']} round {round_index + 1}/{rounds}")
             timings, _ = measure_in_fresh_process("time", **job)
             results[i].append(timings)
-            tqdm.write(f"{job['spec']:24s} n={job['seq_len']:6d} round {round_index + 1}: eager "
-                       f"{timings['eager_s'] * 1000:.1f} ms, first compiled call {timings['first_compiled_call_s']:.1f} s, "
-                       f"compiled {timings['compiled_s'] * 1000:.1f} ms")
+            tqdm.write(f"{job['spec']:24s} n={job['seq_len']:6d} round {round_index + 1}: "
+                       + ", ".join(f"{key[:-2]} {value:.3f} s" for key, value in timings.items()))
             progress.update()
     progress.close()
-    reference = {job["seq_len"]: results[i] for i, job in enumerate(jobs) if job["spec"] == MODEL_REFERENCE}
-    rows = []
-    for job, rounds_of_job in zip(jobs, results):
-        def median(key: str) -> float:
-            return statistics.median(r[key] for r in rounds_of_job)
+    return results
 
-        ref = reference.get(job["seq_len"])
+
+def _median(rounds: list[dict[str, float]], key: str) -> float:
+    return statistics.median(r[key] for r in rounds)
+
+
+def _median_ratio(rounds: list[dict[str, float]], key: str, other: list[dict[str, float]], other_key: str) -> float:
+    """Median over the rounds of ``key`` / ``other_key`` (ratios per round: drift cancels)."""
+    return statistics.median(r[key] / o[other_key] for r, o in zip(rounds, other))
+
+
+def compile_table(jobs: list[dict[str, Any]], results: list[list[dict[str, float]]]) -> list[dict[str, Any]]:
+    """One row per job: eager, first compiled and compiled times, the compiled speed-up and the first
+    compiled call over the SDPA model's (the price of compiling the method)."""
+    reference = {job["seq_len"]: r for job, r in zip(jobs, results) if job["spec"] == MODEL_REFERENCE}
+    rows = []
+    for job, rounds in zip(jobs, results):
         row: dict[str, Any] = {
             "method": job["spec"], "n": job["seq_len"], "call": "train step" if job["train"] else "forward",
-            "eager_ms": round(median("eager_s") * 1000, 1),
-            "first_compiled_call_s": round(median("first_compiled_call_s"), 1),
-            "compiled_ms": round(median("compiled_s") * 1000, 1),
-            "compiled_speedup": round(statistics.median(r["eager_s"] / r["compiled_s"] for r in rounds_of_job), 2),
+            "eager_ms": round(_median(rounds, "eager_s") * 1000, 1),
+            "first_compiled_call_s": round(_median(rounds, "first_compiled_call_s"), 1),
+            "compiled_ms": round(_median(rounds, "compiled_s") * 1000, 1),
+            "compiled_speedup": round(_median_ratio(rounds, "eager_s", rounds, "compiled_s"), 2),
         }
-        if ref is not None:
-            row["first_call_vs_sdpa"] = round(statistics.median(
-                r["first_compiled_call_s"] / s["first_compiled_call_s"] for r, s in zip(rounds_of_job, ref)), 2)
+        if job["seq_len"] in reference:
+            ratio = _median_ratio(rounds, "first_compiled_call_s", reference[job["seq_len"]], "first_compiled_call_s")
+            row["first_call_vs_sdpa"] = round(ratio, 2)
+        rows.append(row)
+    return rows
+
+
+def onnx_table(jobs: list[dict[str, Any]], results: list[list[dict[str, float]]]) -> list[dict[str, Any]]:
+    """One row per job: eager and ONNX Runtime times, and ONNX Runtime's speed-up over the SDPA
+    model served the same way (>1 = faster)."""
+    reference = {job["seq_len"]: r for job, r in zip(jobs, results) if job["spec"] == MODEL_REFERENCE}
+    rows = []
+    for job, rounds in zip(jobs, results):
+        row: dict[str, Any] = {
+            "method": job["spec"], "n": job["seq_len"],
+            "eager_ms": round(_median(rounds, "eager_s") * 1000, 1),
+            "onnxruntime_ms": round(_median(rounds, "onnxruntime_s") * 1000, 1),
+        }
+        if job["seq_len"] in reference:
+            ratio = _median_ratio(reference[job["seq_len"]], "onnxruntime_s", rounds, "onnxruntime_s")
+            row["onnxruntime_speedup_vs_sdpa"] = round(ratio, 2)
         rows.append(row)
     return rows
 
@@ -500,21 +556,30 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     common = dict(batch=args.batch, device=args.device, dtype=args.dtype, repeats=args.repeats, warmup=args.warmup,
                   threads=args.threads)
     out = Path(args.out_dir)
-    if args.compile:
+    if args.compile or args.onnx:
+        kind = "compile" if args.compile else "onnx"
         specs = [MODEL_REFERENCE] + [s for s in args.methods if s != MODEL_REFERENCE]
-        jobs = [dict(kind="compile", spec=s, seq_len=n, train=args.train, layers=args.layers,
-                     vocab_size=args.vocab_size, **common) for n in args.seq_lens for s in specs]
-        rows = measure_compile(jobs, args.rounds)
-        call = "training step (MLM forward + backward + AdamW)" if args.train else "inference forward"
-        title = (f"torch.compile against eager: {call} of a roberta-base-width encoder, {args.layers} layer(s), "
-                 f"batch {args.batch} (the last row a quarter padding); {_setting(args)}; Inductor caches off")
+        extra = {"train": args.train} if args.compile else {}
+        jobs = [dict(kind=kind, spec=s, seq_len=n, layers=args.layers, vocab_size=args.vocab_size, **extra, **common)
+                for n in args.seq_lens for s in specs]
+        results = measure_timings(jobs, args.rounds)
+        if args.compile:
+            rows = compile_table(jobs, results)
+            call = "training step (MLM forward + backward + AdamW)" if args.train else "inference forward"
+            title = (f"torch.compile against eager: {call} of a roberta-base-width encoder, {args.layers} layer(s), "
+                     f"batch {args.batch} (the last row a quarter padding); {_setting(args)}; Inductor caches off")
+        else:
+            rows = onnx_table(jobs, results)
+            title = (f"ONNX Runtime (CPU provider, {torch.get_num_threads() if args.threads is None else args.threads} "
+                     f"threads) against eager PyTorch: inference forward of a roberta-base-width encoder, "
+                     f"{args.layers} layer(s), batch {args.batch}; {_setting(args)}")
         out.mkdir(parents=True, exist_ok=True)
-        with open(out / "compile.csv", "w", newline="") as f:
+        with open(out / f"{kind}.csv", "w", newline="") as f:
             writer = csv.DictWriter(f, fieldnames=list(rows[0]))
             writer.writeheader()
             writer.writerows(rows)
-        (out / "compile.md").write_text(f"{title}\n\n{markdown(rows)}\n")
-        (out / "compile.json").write_text(json.dumps(rows, indent=1))
+        (out / f"{kind}.md").write_text(f"{title}\n\n{markdown(rows)}\n")
+        (out / f"{kind}.json").write_text(json.dumps({"title": title, "rows": rows, "rounds": results}, indent=1))
     elif args.model:
         specs = [MODEL_REFERENCE, MODEL_FLOOR] + [s for s in args.methods if s not in (MODEL_REFERENCE, MODEL_FLOOR)]
         jobs = [dict(kind="model", spec=s, seq_len=n, layers=args.layers, vocab_size=args.vocab_size,
@@ -548,12 +613,16 @@ def parser() -> argparse.ArgumentParser:
                "  python scripts/benchmark.py --methods mra2 nystromformer --seq-lens 1024 4096\n"
                "  python scripts/benchmark.py --model                    # mra2, mra2_s vs sdpa and vmean\n"
                "  python scripts/benchmark.py --model --device cuda --dtype bf16 --methods mra2 mra2:backend=flex\n"
-               "  python scripts/benchmark.py --compile --methods mra2 nystromformer --seq-lens 1024",
+               "  python scripts/benchmark.py --compile --methods mra2 nystromformer --seq-lens 1024\n"
+               "  python scripts/benchmark.py --onnx --methods mra2",
     )
     p.add_argument("--model", action="store_true", help="benchmark a whole-model training step instead of attention")
     p.add_argument("--compile", action="store_true",
                    help="benchmark torch.compile against eager for a whole model (SDPA beside); default seq-lens 1024")
     p.add_argument("--train", action="store_true", help="--compile only: time a training step instead of a forward")
+    p.add_argument("--onnx", action="store_true",
+                   help="benchmark ONNX Runtime against eager PyTorch for a whole model (SDPA beside); "
+                        "default seq-lens 1024 4096")
     p.add_argument("--methods", nargs="+", metavar="NAME[:OPTION=VALUE,...]",
                    help=f"methods to compare with SDPA; default: every method ({', '.join(list_methods())}), "
                         f"with --model: {' '.join(DEFAULT_MODEL_METHODS)}")
@@ -593,11 +662,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.worker:
         return args
-    if args.model and args.compile:
-        p.error("--model and --compile are two benchmarks: give one of them")
+    if args.model + args.compile + args.onnx > 1:
+        p.error("--model, --compile and --onnx are three benchmarks: give one of them")
     if args.train and not args.compile:
         p.error("--train applies to --compile (--model always times a training step)")
-    if (args.model or args.compile) and args.forward_only:
+    if (args.model or args.compile or args.onnx) and args.forward_only:
         p.error("--forward-only applies to the attention benchmark only")
     if args.batch is None:
         args.batch = 2 if args.compile else 1  # --compile: a padded batch, as served or trained
@@ -605,6 +674,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error("--glibc-malloc applies to --model on CPU only (the attention benchmark always uses glibc's defaults)")
     if args.device == "cuda" and not torch.cuda.is_available():
         p.error("--device cuda: no CUDA device is available")
+    if args.onnx and (args.device, args.dtype) != ("cpu", "fp32"):
+        p.error("--onnx times ONNX Runtime's CPU provider in fp32: leave --device and --dtype at cpu / fp32")
     if args.repeats is None:
         args.repeats = 1 if args.model else 3
     if args.rounds is None:
@@ -617,13 +688,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         if getattr(args, name) is not None and getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be a positive integer, got {getattr(args, name)}")
     if args.seq_lens is None:
-        args.seq_lens = [1024] if args.compile else [1024, 2048, 4096, 8192, 16384] if args.model else [512, 1024, 2048, 4096]
+        args.seq_lens = ([1024] if args.compile else [1024, 4096] if args.onnx
+                         else [1024, 2048, 4096, 8192, 16384] if args.model else [512, 1024, 2048, 4096])
     if any(n < 1 for n in args.seq_lens):
         p.error(f"--seq-lens must be positive integers, got {args.seq_lens}")
     if args.methods is None:
-        args.methods = DEFAULT_MODEL_METHODS if args.model else list_methods()
+        args.methods = DEFAULT_MODEL_METHODS if (args.model or args.compile or args.onnx) else list_methods()
     for spec in args.methods:
-        if (args.model or args.compile) and spec == MODEL_REFERENCE:
+        if (args.model or args.compile or args.onnx) and spec == MODEL_REFERENCE:
             continue
         try:
             resolve_options(*parse_method_spec(spec))

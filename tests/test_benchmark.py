@@ -34,7 +34,9 @@ def test_parse_method_spec():
     (["--threads", "0"], "--threads"),
     (["--model", "--rounds", "0"], "--rounds"),
     (["--model", "--warmup", "-1"], "--warmup"),
-    (["--model", "--compile"], "two benchmarks"),
+    (["--model", "--compile"], "three benchmarks"),
+    (["--onnx", "--compile"], "three benchmarks"),
+    (["--onnx", "--dtype", "bf16"], "--onnx times ONNX Runtime's CPU provider in fp32"),
     (["--train"], "--train applies to --compile"),
     (["--compile", "--forward-only"], "--forward-only"),
 ])
@@ -54,6 +56,8 @@ def test_defaults_follow_the_benchmark():
     compiled = benchmark.parse_args(["--compile"])
     assert compiled.seq_lens == [1024] and compiled.batch == 2 and not compiled.train
     assert benchmark.parse_args(["--compile", "--batch", "1"]).batch == 1 and attention.batch == 1
+    served = benchmark.parse_args(["--onnx"])
+    assert served.seq_lens == [1024, 4096] and served.batch == 1 and served.methods == ["mra2", "mra2_s"]
 
 
 def test_compile_inputs_are_a_padded_batch():
@@ -217,10 +221,27 @@ def test_compile_benchmark_command_line_end_to_end(tmp_path):
     the first call including compilation, and the ratios derived from the times."""
     benchmark.main(["--compile", "--methods", "softmax", "--seq-lens", "64", "--layers", "1", "--vocab-size", "64",
                     "--repeats", "1", "--out-dir", str(tmp_path)])
-    rows = json.loads((tmp_path / "compile.json").read_text())
+    rows = json.loads((tmp_path / "compile.json").read_text())["rows"]
     assert [r["method"] for r in rows] == ["sdpa", "softmax"] and {r["call"] for r in rows} == {"forward"}
     for row in rows:
         assert row["first_compiled_call_s"] * 1000 > row["compiled_ms"] > 0 and row["eager_ms"] > 0
         assert row["compiled_speedup"] == pytest.approx(row["eager_ms"] / row["compiled_ms"], rel=0.05)
     assert rows[0]["first_call_vs_sdpa"] == 1.0
     assert (tmp_path / "compile.md").read_text().count("\n| ") == len(rows) + 1
+
+
+@pytest.mark.slow
+def test_onnx_benchmark_command_line_end_to_end(tmp_path):
+    """--onnx at a tiny size: eager and ONNX Runtime times for SDPA and a method, in fresh processes."""
+    benchmark.main(["--onnx", "--methods", "softmax", "--seq-lens", "64", "--layers", "1", "--vocab-size", "64",
+                    "--rounds", "2", "--out-dir", str(tmp_path)])
+    saved = json.loads((tmp_path / "onnx.json").read_text())
+    rows, rounds = saved["rows"], saved["rounds"]
+    assert [r["method"] for r in rows] == ["sdpa", "softmax"] and all(len(r) == 2 for r in rounds)
+    for row, measured in zip(rows, rounds):
+        assert row["onnxruntime_ms"] > 0 and row["eager_ms"] > 0
+        assert row["onnxruntime_ms"] == round(sorted(m["onnxruntime_s"] for m in measured)[0] * 500
+                                              + sorted(m["onnxruntime_s"] for m in measured)[1] * 500, 1)
+    sdpa, mine = rounds
+    per_round = sorted(s["onnxruntime_s"] / m["onnxruntime_s"] for s, m in zip(sdpa, mine))
+    assert rows[1]["onnxruntime_speedup_vs_sdpa"] == round(sum(per_round) / 2, 2)
