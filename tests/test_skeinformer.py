@@ -189,6 +189,18 @@ def test_sampled_path_ignores_padded_keys(options):
 
 
 @pytest.mark.parametrize("options", ABLATIONS)
+def test_sampled_path_appending_padding_keeps_real_outputs(options):
+    """Eval draws are tied to positions (per head: d pilot uniforms, one Gumbel variable per key
+    position), so a sequence's draws do not depend on how far it is padded, nor on its batch."""
+    method = make("skeinformer", num_samples=12, **options)
+    q, k, v = qkv(batch=1, seq=45, dtype=torch.float32)
+    padded = [torch.cat([t, torch.randn(1, HEADS, 25, DIM)], 2) for t in (q, k, v)]
+    batch = [torch.cat([p, o]) for p, o in zip(padded, qkv(batch=1, seq=70, dtype=torch.float32))]
+    mask = lengths_mask([45, 70], 70)
+    torch.testing.assert_close(method(*batch, mask)[:1, :, :45], method(q, k, v), atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("options", ABLATIONS)
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_sampled_path_half_precision_finite(options, dtype):
     method = make("skeinformer", num_samples=12, **options).train()

@@ -90,7 +90,8 @@ def test_skyformer_is_kernelized_when_landmarks_cover_every_token():
 def test_skyformer_matches_dense_nystrom_formula_for_sampled_landmarks(accumulation):
     q, k, v = qkv()
     mask = padding_mask()
-    landmarks = sample_landmarks(mask, (2, 32), random_bits((accumulation * 12,), torch.Generator().manual_seed(3)), accumulation)
+    bits = random_bits((accumulation * 12,), torch.Generator().manual_seed(3))
+    landmarks = sample_landmarks(mask, (2, 32), bits, accumulation)
     out = skyformer_attention(q, k, v, mask, landmarks, P_QUARTER, gamma=0.1, pinv_iterations=40)
     torch.testing.assert_close(out, nystrom_reference(q, k, v, mask, landmarks, 0.1), atol=1e-8, rtol=1e-7)
 

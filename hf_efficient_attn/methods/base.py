@@ -180,9 +180,13 @@ class AttentionMethod(nn.Module):
             draws = self.seeded_draws(torch.Generator().manual_seed(seed))
         for name, draw in draws.items():
             current = getattr(self, name, None)
-            if isinstance(current, torch.Tensor):
-                draw = draw.to(device=current.device, dtype=current.dtype)
-            self.register_buffer(name, draw, persistent=False)
+            if not isinstance(current, torch.Tensor):
+                self.register_buffer(name, draw, persistent=False)
+            elif current.shape == draw.shape:
+                with torch.no_grad():
+                    current.copy_(draw)
+            else:  # a new max_seq_len
+                self.register_buffer(name, draw.to(device=current.device, dtype=current.dtype), persistent=False)
 
     def set_max_seq_len(self, max_seq_len: int) -> None:
         """Follow a longer position table (``extend_position_embeddings``): draws indexed by

@@ -56,7 +56,9 @@ def informer_count_of(length: int, factor: float) -> int:
     return min(max(math.ceil(factor * math.ceil(math.log(max(length, 1)))), 1), length)
 
 
-def _measure(q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor, valid: torch.Tensor, scaling: float) -> torch.Tensor:
+def _measure(
+    q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor, valid: torch.Tensor, scaling: float
+) -> torch.Tensor:
     """max - mean of q_i . k_j s over the valid sampled keys j = positions (B, C, U) of every query
     i of q (B, H, C, D): (B, H, C). ``valid`` (B, 1, 1, U) marks the samples that count."""
     batch, heads, size, dim = q.shape
@@ -80,7 +82,8 @@ def sparsity_measurement(
         measurement = _measure(q, k, positions, valid, scaling)
     else:
         chunk = max(1, _CHUNK_ELEMENTS // (batch * heads * bits.shape[1] * dim))
-        pieces = [_measure(q[:, :, i : i + chunk], k, positions[:, i : i + chunk], valid, scaling) for i in range(0, seq_len, chunk)]
+        starts = range(0, seq_len, chunk)
+        pieces = [_measure(q[:, :, i : i + chunk], k, positions[:, i : i + chunk], valid, scaling) for i in starts]
         measurement = torch.cat(pieces, 2)
     return measurement.masked_fill(~real[:, None, :], float("-inf"))
 
@@ -120,7 +123,7 @@ class Informer(AttentionMethod):
     def attend(self, q, k, v, key_padding_mask, scaling):
         dtype = compute_dtype(q)
         q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
-        batch, heads, seq_len, _ = q.shape
+        batch, _, seq_len, _ = q.shape
         real = real_mask(key_padding_mask, batch, seq_len, q.device)
         factor, bound = self.options.factor, self.count_bound(seq_len)
         with torch.no_grad():

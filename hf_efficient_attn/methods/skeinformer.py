@@ -56,6 +56,7 @@ from .base import (
     check_choice,
     check_int,
     compute_dtype,
+    is_tracing,
     random_bits,
     uniform_from_bits,
     uniform_real_positions,
@@ -76,12 +77,20 @@ def value_mean(v: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
     return (v * weights).sum(2, keepdim=True) / weights.sum(2, keepdim=True).clamp(min=1)
 
 
+def fill_masked(scores: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    """``scores`` with the dtype's lowest value where ``keep`` (broadcast) is False. Eager mode skips
+    an all-True ``keep``, which would change nothing (a speed shortcut: the fill and its backward
+    are full passes over the scores); traced models always fill."""
+    if not is_tracing() and bool(keep.all()):
+        return scores
+    return scores.masked_fill(~keep, torch.finfo(scores.dtype).min)
+
+
 def masked_softmax_attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, real: torch.Tensor, scaling: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Exact rows softmax(q K^T s) over the real keys and their outputs: (weights, weights @ v)."""
-    scores = ((q * scaling) @ k.transpose(-1, -2)).masked_fill(~real[:, None, None, :], torch.finfo(q.dtype).min)
-    weights = scores.softmax(-1)
+    weights = fill_masked((q * scaling) @ k.transpose(-1, -2), real[:, None, None, :]).softmax(-1)
     return weights, weights @ v
 
 
@@ -166,8 +175,7 @@ def skeinformer_attention(
 
     # lines 6-7: the sampled columns of A (shifted by the row max of the sampled logits)
     logits = (q * scaling) @ k_cols.transpose(-1, -2)  # (B, H, N, d)
-    # padded draws (sequences with m < d) masked: exp(masked - shift) = 0 there
-    masked = logits.masked_fill(~valid, torch.finfo(q.dtype).min)
+    masked = fill_masked(logits, valid)  # padded draws (sequences with m < d): exp(masked - shift) = 0
     if options.row_normalization == "adaptive":  # lines 8-11, eq. (6)
         # R_i is invariant to a per-row shift; 0 for a sequence without real tokens keeps it finite
         shift = torch.where(num_valid > 0, masked.amax(-1, keepdim=True), 0.0).detach()

@@ -18,9 +18,9 @@ C_bar = kappa([Q; K], [Q; K]) of eq. (4), with a 2n x d sub-sampling matrix S (e
 - Landmarks (section 3.2, Definition 1; official ``uniform_sketching``): i.i.d. uniform draws
   with replacement, the first half from the real queries, the second half from the real keys
   (Definition 1 draws over all 2n rows; half and half is what it gives in expectation and what
-  the official code does). One uniform vector is shared by the batch and mapped onto each
+  the official code does). One vector of uniforms is shared by the batch and mapped onto each
   sequence's real tokens, so a sequence's landmarks depend neither on padding nor on the other
-  sequences of its batch.
+  sequences of its batch; it is fixed in eval mode (a seeded buffer) and drawn afresh in training.
 - ``accumulation`` (official option; the "accumulation of projections" sketches of Chen & Yang
   2021a cited by the paper): each of the d columns of S sums ``accumulation`` such indicator
   vectors instead of one. The columns are unscaled indicators, as in the official code (the
@@ -99,7 +99,9 @@ def kernelized_attention(
     return out[..., : v.shape[-1]] / out[..., v.shape[-1] : v.shape[-1] + 1]
 
 
-def sample_landmarks(key_padding_mask: torch.Tensor | None, shape: tuple[int, int], bits: torch.Tensor, accumulation: int) -> torch.Tensor:
+def sample_landmarks(
+    key_padding_mask: torch.Tensor | None, shape: tuple[int, int], bits: torch.Tensor, accumulation: int
+) -> torch.Tensor:
     """Indices (B, accumulation, num_landmarks) into the rows of [Q; K] (0..2N-1), one per random
     bit draw (:func:`random_bits`, accumulation * num_landmarks of them, shared by the batch), uniform
     over the real tokens: the first half of the draws (in row-major order, as the official code)

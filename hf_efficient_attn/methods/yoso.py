@@ -125,7 +125,9 @@ class YosoOptions(MethodOptions):
 # ----------------------------------------------------------------------------- hashing
 
 
-def sylvester_hadamard(size: int, device: torch.device | str | None = None, dtype: torch.dtype | None = None) -> torch.Tensor:
+def sylvester_hadamard(
+    size: int, device: torch.device | str | None = None, dtype: torch.dtype | None = None
+) -> torch.Tensor:
     """The Sylvester Hadamard matrix of a power-of-two ``size``: H_1 = [1], H_2n = [[H_n, H_n], [H_n, -H_n]].
     Built where it is used (log2(size) concatenations), so a traced forward holds no constant."""
     if size < 1 or size & (size - 1):
@@ -379,17 +381,22 @@ def _add_eq3_terms(q, k, v, grad, query_ids, key_ids, table_rows, grad_q, grad_k
         grad_k.index_add_(0, j, v[j] @ (grad[i].t() @ q[i]))
 
 
-def _compact_ids(query_ids: torch.Tensor, key_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int]:
-    """Renumber each hash's occupied buckets 0, 1, ... in the order of their ids: sort the ids,
-    count where the sorted value changes, and send the counts back to the ids' places. A table then
-    needs 2 B H N rows (every query and key in its own bucket at most) instead of B H 2**tau + 2,
-    which matters for large tau or short sequences; all shapes follow from the inputs' shapes."""
-    rows = query_ids.shape[1]
-    ids = torch.cat([query_ids, key_ids], 1)
-    sorted_ids, order = ids.sort(dim=1)
-    changes = (sorted_ids[:, 1:] != sorted_ids[:, :-1]).long()
-    dense = torch.cat([torch.zeros_like(changes[:, :1]), changes], 1).cumsum(1)
-    compact = torch.empty_like(ids).scatter(1, order, dense)
+def _compact_ids(
+    query_ids: torch.Tensor, key_ids: torch.Tensor, table_rows: int
+) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """Renumber each hash's occupied buckets 0, 1, ... in the order of their ids, with static shapes:
+    one sort of all hashes' ids (offset by hash, so each hash fills its own stretch of 2 B H N sorted
+    ids), a count of where the sorted value changes, and the counts sent back to the ids' places. A
+    table then needs 2 B H N rows (every query and key in a bucket of its own at most) instead of
+    B H 2**tau + 2, which matters for large tau or short sequences."""
+    num_hash, rows = query_ids.shape
+    offsets = torch.arange(num_hash, device=query_ids.device).view(num_hash, 1) * table_rows
+    ids = (torch.cat([query_ids, key_ids], 1) + offsets).flatten()
+    sorted_ids, order = ids.sort()
+    changes = (sorted_ids[1:] != sorted_ids[:-1]).long()
+    dense = torch.cat([changes.new_zeros(1), changes]).cumsum(0).view(num_hash, 2 * rows)
+    dense = dense - dense[:, :1]  # hash h's stretch starts at its smallest id
+    compact = torch.empty_like(ids).scatter(0, order, dense.flatten()).view(num_hash, 2 * rows)
     return compact[:, :rows].contiguous(), compact[:, rows:].contiguous(), 2 * rows
 
 
@@ -406,7 +413,7 @@ def lsh_collision_attention(
     key_ids = _bucket_ids(key_codes, num_buckets, mask, padded_id)
     table_rows = padded_id + 2
     if table_rows > 2 * query_ids.shape[1]:  # decided by shapes alone
-        query_ids, key_ids, table_rows = _compact_ids(query_ids, key_ids)
+        query_ids, key_ids, table_rows = _compact_ids(query_ids, key_ids, table_rows)
     flat = [x.reshape(-1, x.shape[-1]) for x in (q, k, v)]
     return _LSHCollisionAttention.apply(*flat, query_ids, key_ids, hash_code_len, table_rows).view(v.shape)
 
