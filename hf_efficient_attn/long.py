@@ -70,5 +70,7 @@ def extend_position_embeddings(model: PreTrainedModel, max_length: int = 4096) -
     if hasattr(embeddings, "token_type_ids"):
         embeddings.token_type_ids = torch.zeros(1, total, dtype=torch.long, device=old.weight.device)
     config.max_position_embeddings = total
+    for method in (m for m in model.modules() if isinstance(m, AttentionMethod) and not m.length_bound):
+        method.set_max_seq_len(total)  # eval draws tied to positions cover the new ones, as a reload draws them
     return model
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from hf_efficient_attn.methods import informer
-from hf_efficient_attn.methods.base import AttentionShape
+from hf_efficient_attn.methods.base import AttentionShape, random_bits
 from hf_efficient_attn.methods.softmax import softmax_reference
 from hf_efficient_attn.registry import build_method
 
@@ -15,7 +15,7 @@ HEADS, DIM = 2, 16
 
 
 def make(**options):
-    return build_method("informer", options, AttentionShape(HEADS, DIM, 128)).eval()
+    return build_method("informer", options, AttentionShape(HEADS, DIM, 256)).eval()
 
 
 def qkv(batch=2, seq=40, dtype=torch.float64):
@@ -67,7 +67,8 @@ def test_measurement_matches_loop_over_sampled_keys(monkeypatch):
     seq, lengths, factor = 30, [30, 12], 2
     q, k, _ = qkv(seq=seq)
     mask = lengths_mask(lengths, seq)
-    measured = informer.sparsity_measurement(q, k, mask, DIM**-0.5, factor, torch.Generator().manual_seed(0))
+    bits = random_bits((seq, informer.informer_count_of(seq, factor)), torch.Generator().manual_seed(0))
+    measured = informer.sparsity_measurement(q, k, mask, DIM**-0.5, factor, bits)
     (positions,) = recorded  # (B, N, U_max)
     for b, m in enumerate(lengths):
         num_keys = expected_u(m, factor)

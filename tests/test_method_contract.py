@@ -36,20 +36,6 @@ def test_shape_any_length(name, seq):
     assert torch.isfinite(out).all()
 
 
-@pytest.mark.parametrize("name", [n for n in METHODS if not get_method_class(n).padding_invariant])
-def test_padded_keys_get_no_weight(name):
-    """Methods whose samples depend on the padded length (the others are covered by
-    ``test_appending_padding_keeps_real_outputs``): with one constant value row for every real key,
-    normalised attention returns exactly that row; any weight on a padded key (whose value the
-    contract zeroes) would shrink it."""
-    method, mask = make_method(name), padding_mask()
-    q, k, _ = make_qkv()
-    v = torch.randn(1, 1, 1, DIM).expand(BATCH, HEADS, SEQ, DIM)
-    out = method(q, k, v, mask)
-    torch.testing.assert_close(out[1, :, :REAL], v[1, :, :REAL], atol=1e-5, rtol=1e-4)
-    assert (out[1, :, REAL:] == 0).all()
-
-
 @pytest.mark.parametrize("name", METHODS)
 def test_inf_and_nan_in_padded_positions_do_not_leak(name):
     method, mask = make_method(name), padding_mask()

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from hf_efficient_attn.methods import skeinformer as skein
-from hf_efficient_attn.methods.base import AttentionShape
+from hf_efficient_attn.methods.base import AttentionShape, random_bits
 from hf_efficient_attn.methods.softmax import softmax_reference
 from hf_efficient_attn.registry import build_method
 
@@ -20,7 +20,7 @@ ABLATIONS = [
 
 
 def make(name, **options):
-    return build_method(name, options, AttentionShape(HEADS, DIM, 128)).eval()
+    return build_method(name, options, AttentionShape(HEADS, DIM, 256)).eval()
 
 
 def qkv(batch=2, seq=40, scale=1.0, dtype=torch.float64):
@@ -103,14 +103,14 @@ def test_sampler_draws_successively_proportional_to_probs():
     real = torch.tensor([[True, True, True, True, True, False]])
     trials = 40000
     gen = torch.Generator().manual_seed(0)
-    drawn = skein.sample_without_replacement(probs.expand(1, trials, -1), real, 2, gen)
+    drawn = skein.sample_without_replacement(probs.expand(1, trials, -1), real, 2, random_bits((1, trials, 6), gen))
     assert (drawn[..., 0] != drawn[..., 1]).all() and (drawn != 5).all()
     frequency = torch.bincount(drawn.flatten(), minlength=6).double() / trials
     p = probs.tolist()
     expected = torch.tensor([p[i] + sum(p[j] * p[i] / (1 - p[j]) for j in range(6) if j != i) for i in range(6)])
     torch.testing.assert_close(frequency, expected.double(), atol=0.01, rtol=0)
     # d >= m: every real column, including the zero-probability one, before any padded column
-    every = skein.sample_without_replacement(probs.expand(1, 50, -1), real, 6, gen)[..., :5]
+    every = skein.sample_without_replacement(probs.expand(1, 50, -1), real, 6, random_bits((1, 50, 6), gen))[..., :5]
     assert (every.sort(-1).values == torch.arange(5)).all()
 
 
@@ -186,6 +186,18 @@ def test_sampled_path_ignores_padded_keys(options):
     k2[1, :, 45:] = torch.randn_like(k2[1, :, 45:]) * 10
     v2[1, :, 45:] = torch.randn_like(v2[1, :, 45:]) * 10
     torch.testing.assert_close(method(q, k, v, mask), method(q, k2, v2, mask), atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("options", ABLATIONS)
+def test_sampled_path_appending_padding_keeps_real_outputs(options):
+    """Eval draws are tied to positions (per head: d pilot uniforms, one Gumbel variable per key
+    position), so a sequence's draws do not depend on how far it is padded, nor on its batch."""
+    method = make("skeinformer", num_samples=12, **options)
+    q, k, v = qkv(batch=1, seq=45, dtype=torch.float32)
+    padded = [torch.cat([t, torch.randn(1, HEADS, 25, DIM)], 2) for t in (q, k, v)]
+    batch = [torch.cat([p, o]) for p, o in zip(padded, qkv(batch=1, seq=70, dtype=torch.float32))]
+    mask = lengths_mask([45, 70], 70)
+    torch.testing.assert_close(method(*batch, mask)[:1, :, :45], method(q, k, v), atol=1e-5, rtol=1e-4)
 
 
 @pytest.mark.parametrize("options", ABLATIONS)

@@ -72,6 +72,7 @@ def test_sylvester_hadamard_matrix(size):
     torch.testing.assert_close(h @ h.T, size * torch.eye(size))
     with pytest.raises(ValueError, match="power-of-two"):
         Y.sylvester_hadamard(12)
+    assert Y.sylvester_hadamard(size, dtype=torch.float64).dtype == torch.float64
 
 
 def pairs_at_angle(theta, count, dim):
@@ -227,6 +228,24 @@ def test_lsh_attention_is_the_collision_frequency_matrix_forward_and_backward(mo
     torch.testing.assert_close(out, collisions @ v)
     for got, want in zip((dq, dk, dv), eq3_gradients(q, k, v, grad, collisions, tau)):
         torch.testing.assert_close(got, want)
+
+
+def test_compacted_bucket_ids_keep_collisions_and_fit_the_table():
+    """Within each hash, two ids are equal after compaction exactly when they were before, and every
+    id fits a table of 2 rows per query (static size: queries and keys each in a bucket of their own)."""
+    query_ids, key_ids = torch.randint(0, 20, (2, 5, 30)) * 50_000  # few buckets of a large table
+    compact_q, compact_k, table_rows = Y._compact_ids(query_ids, key_ids, 20 * 50_000)
+    assert table_rows == 60 and compact_q.max() < 60 and compact_k.min() >= 0
+    before, after = torch.cat([query_ids, key_ids], 1), torch.cat([compact_q, compact_k], 1)
+    assert torch.equal(before[:, :, None] == before[:, None, :], after[:, :, None] == after[:, None, :])
+
+
+def test_eq3_custom_op_passes_opcheck():
+    """Schema, fake (meta) kernel and the compiled-graph (AOT) dispatch of the eq. (3) custom op
+    agree with its eager kernel."""
+    q, k, v, grad = (torch.randn(24, DIM) for _ in range(4))
+    query_ids, key_ids = torch.randint(0, 6, (2, 3, 24))
+    torch.library.opcheck(Y.lsh_eq3_terms, (q, k, v, grad, query_ids, key_ids, 6))
 
 
 def test_lsh_attention_value_gradient_passes_gradcheck():

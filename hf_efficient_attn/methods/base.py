@@ -3,6 +3,12 @@
 A method is a small ``nn.Module`` with an options dataclass. Subclasses implement
 :meth:`AttentionMethod.attend`; :meth:`AttentionMethod.forward` validates the inputs,
 normalises the padding mask and makes padded query rows finite (zero).
+
+Sampling methods draw their randomness as integers in [0, 2**RANDOM_BITS) (:func:`random_bits`):
+in eval mode from fixed buffers drawn once per layer (:meth:`AttentionMethod.seeded_draws`), in
+training mode fresh from the global RNG. Integers are exact in every dtype and device, so a
+model's eval output does not depend on where it runs or on ``model.half()``, and its traced
+forward holds no ``torch.Generator``.
 """
 
 from __future__ import annotations
@@ -17,6 +23,9 @@ from torch import nn
 
 #: Attribute of a self-attention module that holds its method (set by ``patch_model``).
 METHOD_ATTRIBUTE = "efficient_attn"
+#: Random draws are integers in [0, 2**RANDOM_BITS): uniforms (bits + 1/2) / 2**RANDOM_BITS are exact
+#: in float32, and 24 bits is the resolution of ``torch.rand`` in float32.
+RANDOM_BITS = 24
 
 
 @dataclass(frozen=True)
@@ -83,7 +92,8 @@ class AttentionMethod(nn.Module):
     options_cls: ClassVar[type[MethodOptions]] = MethodOptions
     #: True when the method approximates softmax attention (False for e.g. YOSO, Skyformer).
     approximates_softmax: ClassVar[bool] = True
-    #: True when the method samples at random (uses :meth:`generator`).
+    #: True when the method samples at random: fixed draws (:meth:`seeded_draws`) in eval mode,
+    #: fresh ones from the global RNG in training mode.
     samples: ClassVar[bool] = False
     #: False when appending padded tokens may change real outputs (e.g. sampled or length-dependent).
     padding_invariant: ClassVar[bool] = True
@@ -94,6 +104,7 @@ class AttentionMethod(nn.Module):
         super().__init__()
         self.options = options
         self.shape = shape
+        self._draw_seeded_buffers()
 
     def forward(
         self,
@@ -144,8 +155,10 @@ class AttentionMethod(nn.Module):
 
     def reset_parameters(self) -> None:
         """(Re)initialise the method's own parameters and buffers; called when a model is built
-        by ``from_pretrained`` for those missing from the checkpoint. Methods without any keep
-        this no-op; ``nn.Conv2d`` submodules are initialised by Transformers itself."""
+        by ``from_pretrained`` for those missing from the checkpoint (Transformers leaves every
+        non-persistent buffer uninitialised there). The base class redraws the seeded draws;
+        ``nn.Conv2d`` submodules are initialised by Transformers itself."""
+        self._draw_seeded_buffers()
 
     def share_from(self, first_layer: nn.Module) -> None:
         """Called by ``patch_model`` on every layer after the first with the first layer's
@@ -153,14 +166,50 @@ class AttentionMethod(nn.Module):
         state across layers (Linformer's layerwise sharing) override it. Shared state must not be
         registered as a submodule here, so that it is saved once, in the first layer."""
 
-    def generator(self, device: torch.device) -> torch.Generator | None:
-        """A generator seeded by the ``seed`` option in eval mode (reproducible inference);
-        None (the global RNG, fresh samples every step) in training mode."""
+    def seeded_draws(self, generator: torch.Generator) -> dict[str, torch.Tensor]:
+        """The fixed random draws of eval mode, by buffer name: drawn on the CPU from ``generator``
+        (seeded with ``seed + 1000 * layer_idx``), from the options and ``self.shape`` only.
+        Sampling methods override this (default: none). The draws are non-persistent buffers, so
+        checkpoints and adapters carry none and a rebuilt model draws the same values."""
+        return {}
+
+    def _draw_seeded_buffers(self) -> None:
+        """Register (or redraw, keeping device and dtype) the buffers of :meth:`seeded_draws`."""
+        seed = int(getattr(self.options, "seed", 0)) + 1000 * self.shape.layer_idx
+        with torch.device("cpu"):  # on the CPU whatever device context the model is built in
+            draws = self.seeded_draws(torch.Generator().manual_seed(seed))
+        for name, draw in draws.items():
+            current = getattr(self, name, None)
+            if not isinstance(current, torch.Tensor):
+                self.register_buffer(name, draw, persistent=False)
+            elif current.shape == draw.shape:
+                with torch.no_grad():
+                    current.copy_(draw)
+            else:  # a new max_seq_len
+                self.register_buffer(name, draw.to(device=current.device, dtype=current.dtype), persistent=False)
+
+    def set_max_seq_len(self, max_seq_len: int) -> None:
+        """Follow a longer position table (``extend_position_embeddings``): draws indexed by
+        position are redrawn for ``max_seq_len`` positions, as a model built with it draws them."""
+        self.shape = dataclasses.replace(self.shape, max_seq_len=max_seq_len)
+        self._draw_seeded_buffers()
+
+    def draw_bits(self, name: str, shape: tuple[int, ...] | None = None) -> torch.Tensor:
+        """Random bits (:func:`random_bits`) for one forward of shape ``shape`` (default: that of the
+        seeded buffer ``name``): in eval mode the leading block of that buffer, so a draw tied to a
+        position does not depend on the padded length; in training mode fresh ones."""
+        fixed = getattr(self, name)
+        shape = tuple(fixed.shape) if shape is None else shape
         if self.training:
-            return None
-        gen = torch.Generator(device=device)
-        gen.manual_seed(int(getattr(self.options, "seed", 0)) + 1000 * self.shape.layer_idx)
-        return gen
+            return random_bits(shape, device=fixed.device)
+        if any(size > available for size, available in zip(shape, fixed.shape)):
+            raise ValueError(
+                f"{self.name}: inputs of this length need eval-mode draws {name} of shape {tuple(shape)}, beyond the "
+                f"{tuple(fixed.shape)} drawn for max_seq_len {self.shape.max_seq_len} (the model's position table); "
+                "use shorter inputs, or stretch the model with hf_efficient_attn.extend_position_embeddings, which "
+                "redraws them"
+            )
+        return fixed[tuple(slice(0, size) for size in shape)]
 
     def extra_repr(self) -> str:
         return ", ".join(f"{k}={v!r}" for k, v in self.options.to_dict().items())
@@ -193,3 +242,35 @@ def apply_value_conv(conv: nn.Conv2d, v: torch.Tensor) -> torch.Tensor:
     """The convolution of ``v`` (B, H, N, D) in v's dtype; padded values are zero (the contract
     zeroes them), so they do not leak into real rows."""
     return nn.functional.conv2d(v, conv.weight.to(v.dtype), padding=conv.padding, groups=conv.groups)
+
+
+def random_bits(
+    shape: tuple[int, ...], generator: torch.Generator | None = None, device: torch.device | str | None = None
+) -> torch.Tensor:
+    """Integers uniform in [0, 2**RANDOM_BITS) (int32), from ``generator`` or the global RNG."""
+    return torch.randint(2**RANDOM_BITS, shape, generator=generator, device=device, dtype=torch.int32)
+
+
+def uniform_from_bits(bits: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """(bits + 1/2) / 2**RANDOM_BITS: uniforms in (0, 1), never 0 or 1, exact in float32 and float64."""
+    return (bits.to(dtype) + 0.5) * 2.0**-RANDOM_BITS
+
+
+def real_first_positions(real: torch.Tensor) -> torch.Tensor:
+    """(B, N) positions of the real tokens in order, then of the padded ones (any padding side):
+    each token's rank in that order, scattered (no sort, which ONNX lacks in its stable form)."""
+    real_rank = real.long().cumsum(-1) - 1
+    padded_rank = (~real).long().cumsum(-1) - 1 + real.sum(-1, keepdim=True)
+    rank = torch.where(real, real_rank, padded_rank)
+    positions = torch.arange(real.shape[-1], device=real.device).expand_as(rank)
+    return torch.empty_like(rank).scatter(-1, rank, positions)
+
+
+def uniform_real_positions(bits: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
+    """Map random bits (any shape S) to positions of real tokens, uniformly: for every sequence of
+    ``real`` (B, N), the floor(u m)-th of its m real tokens with u = bits / 2**RANDOM_BITS, in exact
+    integer arithmetic. Returns (B, *S); a sequence without real tokens gets its position 0."""
+    batch = real.shape[0]
+    lengths = real.sum(-1).view(batch, *([1] * bits.dim()))
+    rank = torch.div(bits * lengths, 2**RANDOM_BITS, rounding_mode="floor")  # in [0, m)
+    return real_first_positions(real).gather(1, rank.reshape(batch, -1)).view(rank.shape)

@@ -16,24 +16,33 @@ Choices where the paper is vague:
   exactness limit of the method (e.g. a large ``factor``).
 - The mean in M is over the U sampled keys (the estimate of Informer eq. 4); the official code
   divides the sampled sum by L_K instead. The key draws are shared by the heads and the batch (as
-  the official ``torch.randint(L_K, (L_Q, sample_k))``), mapped to each sequence's real tokens.
+  the official ``torch.randint(L_K, (L_Q, sample_k))``), mapped to each sequence's real tokens; in
+  eval mode they are fixed, one row per query position (a seeded buffer over the model's
+  max_seq_len positions), so appending padding changes no real output. Training draws fresh ones.
 - The selection (M and top-u) carries no gradient; the exact rows and the mean of V do.
-
-Not padding invariant: the key draws (one row of uniforms per position) depend on the padded
-length n.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
 
 from ..registry import register_method
-from .base import AttentionMethod, MethodOptions, check_int, check_positive, compute_dtype
-from .skeinformer import gather_rows, masked_softmax_attention, real_mask, uniform_real_positions, value_mean
+from .base import (
+    AttentionMethod,
+    MethodOptions,
+    check_int,
+    check_positive,
+    compute_dtype,
+    is_tracing,
+    random_bits,
+    uniform_real_positions,
+)
+from .skeinformer import gather_rows, masked_softmax_attention, real_mask, value_mean
 
-_CHUNK_ELEMENTS = 2**22  # bound on the gathered sampled keys held at once
+_CHUNK_ELEMENTS = 2**22  # bound on the gathered sampled keys held at once in eager mode
 
 
 def informer_count(length: torch.Tensor, factor: float) -> torch.Tensor:
@@ -42,33 +51,40 @@ def informer_count(length: torch.Tensor, factor: float) -> torch.Tensor:
     return torch.minimum(count.clamp(min=1), length)
 
 
+def informer_count_of(length: int, factor: float) -> int:
+    """``informer_count`` of a Python int (a shape), computed the same way in double precision."""
+    return min(max(math.ceil(factor * math.ceil(math.log(max(length, 1)))), 1), length)
+
+
+def _measure(
+    q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor, valid: torch.Tensor, scaling: float
+) -> torch.Tensor:
+    """max - mean of q_i . k_j s over the valid sampled keys j = positions (B, C, U) of every query
+    i of q (B, H, C, D): (B, H, C). ``valid`` (B, 1, 1, U) marks the samples that count."""
+    batch, heads, size, dim = q.shape
+    keys = k.gather(2, positions.reshape(batch, 1, -1, 1).expand(-1, heads, -1, dim))
+    dots = (q[:, :, :, None, :] @ keys.view(batch, heads, size, -1, dim).transpose(-1, -2)).squeeze(-2) * scaling
+    top = dots.masked_fill(~valid, float("-inf")).amax(-1)
+    return top - (dots * valid).sum(-1) / valid.sum(-1).clamp(min=1)
+
+
 def sparsity_measurement(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    real: torch.Tensor,
-    scaling: float,
-    factor: float,
-    generator: torch.Generator | None,
+    q: torch.Tensor, k: torch.Tensor, real: torch.Tensor, scaling: float, factor: float, bits: torch.Tensor
 ) -> torch.Tensor:
     """Estimated M(q_i, K) (B, H, N) from U = c ceil(ln m) sampled real keys per query; -inf for
-    padded queries."""
+    padded queries. ``bits`` (N, U_max) are random bits (:func:`random_bits`), one row per query
+    position shared by the batch, with U_max >= U of every sequence; sample j of query i is the
+    real key that bits[i, j] maps to, and only the first U samples of a sequence count."""
     batch, heads, seq_len, dim = q.shape
-    lengths = real.sum(-1)
-    max_samples = int(informer_count(torch.tensor(seq_len), factor))
-    uniform = torch.rand(seq_len, max_samples, generator=generator, device=q.device)
-    positions = uniform_real_positions(uniform.expand(batch, -1, -1), real)  # (B, N, U)
-    valid = torch.arange(max_samples, device=q.device) < informer_count(lengths, factor)[:, None, None, None]
-    num_valid = valid.sum(-1).clamp(min=1)
-    measurement = torch.empty(batch, heads, seq_len, dtype=q.dtype, device=q.device)
-    chunk = max(1, _CHUNK_ELEMENTS // (batch * heads * max_samples * dim))
-    for start in range(0, seq_len, chunk):
-        index = positions[:, start : start + chunk]  # (B, C, U)
-        size = index.shape[1]
-        keys = k.gather(2, index.reshape(batch, 1, -1, 1).expand(-1, heads, -1, dim))
-        keys = keys.view(batch, heads, size, max_samples, dim)
-        dots = (q[:, :, start : start + chunk, None, :] @ keys.transpose(-1, -2)).squeeze(-2) * scaling
-        top = dots.masked_fill(~valid, float("-inf")).amax(-1)
-        measurement[:, :, start : start + size] = top - (dots * valid).sum(-1) / num_valid
+    positions = uniform_real_positions(bits, real)  # (B, N, U_max)
+    valid = torch.arange(bits.shape[1], device=q.device) < informer_count(real.sum(-1), factor)[:, None, None, None]
+    if is_tracing():  # one piece: a loop over chunks of a symbolic length cannot be traced
+        measurement = _measure(q, k, positions, valid, scaling)
+    else:
+        chunk = max(1, _CHUNK_ELEMENTS // (batch * heads * bits.shape[1] * dim))
+        starts = range(0, seq_len, chunk)
+        pieces = [_measure(q[:, :, i : i + chunk], k, positions[:, i : i + chunk], valid, scaling) for i in starts]
+        measurement = torch.cat(pieces, 2)
     return measurement.masked_fill(~real[:, None, :], float("-inf"))
 
 
@@ -90,21 +106,32 @@ class Informer(AttentionMethod):
     name = "informer"
     options_cls = InformerOptions
     samples = True
-    padding_invariant = False  # the key draws depend on the padded length n
+
+    def seeded_draws(self, generator):
+        # One row of key draws per query position, shared by the heads and the batch.
+        max_len = self.shape.max_seq_len
+        return {"key_bits": random_bits((max_len, informer_count_of(max_len, self.options.factor)), generator)}
+
+    def count_bound(self, seq_len: int) -> int:
+        """A static bound on U and u of every sequence of ``seq_len`` tokens: c ceil(ln n), or, traced
+        (torch.export cannot keep the log of a symbolic length), that of max_seq_len capped at n.
+        Samples and ranks past a sequence's own count are masked, so the outputs are the same."""
+        if is_tracing():
+            return torch.sym_min(informer_count_of(self.shape.max_seq_len, self.options.factor), seq_len)
+        return informer_count_of(seq_len, self.options.factor)
 
     def attend(self, q, k, v, key_padding_mask, scaling):
         dtype = compute_dtype(q)
         q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
-        batch, heads, seq_len, _ = q.shape
+        batch, _, seq_len, _ = q.shape
         real = real_mask(key_padding_mask, batch, seq_len, q.device)
-        factor = self.options.factor
+        factor, bound = self.options.factor, self.count_bound(seq_len)
         with torch.no_grad():
-            measurement = sparsity_measurement(q, k, real, scaling, factor, self.generator(q.device))
-            max_top = int(informer_count(torch.tensor(seq_len), factor))
-            top = measurement.topk(max_top, dim=-1).indices  # (B, H, u_max), largest M first
-            is_top = torch.arange(max_top, device=q.device) < informer_count(real.sum(-1), factor)[:, None, None]
+            bits = self.draw_bits("key_bits", (seq_len, bound))
+            measurement = sparsity_measurement(q, k, real, scaling, factor, bits)
+            top = measurement.topk(bound, dim=-1).indices  # (B, H, u_max), largest M first
+            is_top = torch.arange(bound, device=q.device) < informer_count(real.sum(-1), factor)[:, None, None]
         lazy = value_mean(v, real)  # (B, H, 1, D)
         _, exact = masked_softmax_attention(gather_rows(q, top), k, v, real, scaling)
         exact = torch.where(is_top[..., None], exact, lazy)  # ranks beyond u_b stay lazy
         return lazy.expand_as(v).scatter(2, top[..., None].expand_as(exact), exact)
-

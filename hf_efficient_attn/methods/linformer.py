@@ -19,7 +19,15 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..registry import register_method
-from .base import METHOD_ATTRIBUTE, AttentionMethod, AttentionShape, MethodOptions, check_choice, check_int
+from .base import (
+    METHOD_ATTRIBUTE,
+    AttentionMethod,
+    AttentionShape,
+    MethodOptions,
+    check_choice,
+    check_int,
+    is_tracing,
+)
 
 #: Sharing levels of seed 004, section 4 "Parameter sharing between projections", plus "none"
 #: (separate E_i, F_i for every head i, the unshared form of Eq. (7)).
@@ -120,8 +128,10 @@ class Linformer(AttentionMethod):
         # Padded keys/values arrive zeroed (base class): E K sums over real tokens only, exactly what
         # the unpadded sequence gives when padding is on the right (Transformers' default for these
         # encoders). With padding elsewhere the real tokens would meet other columns of E, F than
-        # unpadded, so it is refused. The official code does not mask; our choice.
-        if key_padding_mask is not None and bool((key_padding_mask[:, 1:] & ~key_padding_mask[:, :-1]).any()):
+        # unpadded, so it is refused, in eager mode only: a traced model (torch.compile,
+        # torch.export) cannot read the mask and does not check. The official code does not mask.
+        checked = key_padding_mask is not None and not is_tracing()
+        if checked and bool((key_padding_mask[:, 1:] & ~key_padding_mask[:, :-1]).any()):
             raise ValueError(
                 "linformer: its projections E, F are tied to positions, so padding must be on the right "
                 "(tokenizer.padding_side = 'right'); got a real token after a padded one"

@@ -39,6 +39,7 @@ from .base import (
     check_int,
     compute_dtype,
     depthwise_value_conv,
+    is_tracing,
 )
 
 
@@ -116,15 +117,17 @@ def nystrom_attention(
 
     lengths = torch.full((batch,), seq_len, device=q.device) if key_padding_mask is None else key_padding_mask.sum(-1)
     short = (lengths <= num_landmarks)[:, None, None, None]  # every real token is its own landmark
-    if bool(short.all()):
+    # Traced: both forms and torch.where. Eager skips the form that no sequence uses (speed only).
+    eager = not is_tracing()
+    if eager and bool(short.all()):
         return kernel_f @ (pool @ v)
     kernel_a = masked_softmax(q_landmarks @ k_landmarks.transpose(-1, -2), used_cols)  # (B, H, m, m)
     keys = None if key_padding_mask is None else key_padding_mask[:, None, None, :]
     kernel_b = masked_softmax(q_landmarks @ k.transpose(-1, -2), keys)  # (B, H, m, N)
     out = kernel_f @ (iterative_pinv(kernel_a, pinv_iterations) @ (kernel_b @ v))
-    if bool(short.any()):
-        out = torch.where(short, kernel_f @ (pool @ v), out)
-    return out
+    if eager and not bool(short.any()):
+        return out
+    return torch.where(short, kernel_f @ (pool @ v), out)
 
 
 @dataclass

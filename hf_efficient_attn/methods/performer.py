@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from ..registry import register_method
-from .base import AttentionMethod, AttentionShape, MethodOptions, check_int, compute_dtype
+from .base import AttentionMethod, MethodOptions, check_int, compute_dtype
 
 #: Added to every feature (the official code's ``numerical_stabilizer`` passed to its positive
 #: softmax features in ``make_fast_softmax_attention``); keeps the normaliser positive.
@@ -32,8 +32,8 @@ class PerformerOptions(MethodOptions):
     # m: ``nb_features=256`` in the official make_fast_softmax_attention, and the 256 features
     # used for Performer in seed 000 (appendix, comparable-computation setting).
     num_features: int = 256
-    # Draws the fixed features of each layer (layer i uses seed + 1000 * i, like
-    # AttentionMethod.generator).
+    # Draws the fixed features of each layer (layer i uses seed + 1000 * i, see
+    # AttentionMethod.seeded_draws).
     seed: int = 0
     # Redraw the features at every training forward (the paper's feature redrawing, official
     # ``redraw_features``); eval always uses the fixed, seeded features.
@@ -106,27 +106,15 @@ class Performer(AttentionMethod):
     options_cls = PerformerOptions
     samples = True  # random features (fixed from ``seed``; redrawn in training with ``redraw``)
 
-    def __init__(self, options: PerformerOptions, shape: AttentionShape):
-        super().__init__(options, shape)
-        # Non-persistent: regenerated from ``seed`` (saved in config.attn_config), so checkpoints
-        # stay free of extra tensors and a plain checkpoint loads without "new weights". One
-        # matrix per layer, shared by the heads, as in the official code.
-        self.register_buffer("features", self._seeded_features(), persistent=False)
-
-    def _seeded_features(self) -> torch.Tensor:
-        generator = torch.Generator().manual_seed(self.options.seed + 1000 * self.shape.layer_idx)
-        return orthogonal_gaussian_features(self.options.num_features, self.shape.head_dim, generator)
-
-    def reset_parameters(self) -> None:
-        with torch.no_grad():
-            self.features.copy_(self._seeded_features())
+    def seeded_draws(self, generator: torch.Generator) -> dict[str, torch.Tensor]:
+        # Regenerated from ``seed`` (saved in config.attn_config), so checkpoints stay free of extra
+        # tensors. One matrix per layer, shared by the heads, as in the official code.
+        return {"features": orthogonal_gaussian_features(self.options.num_features, self.shape.head_dim, generator)}
 
     def attend(self, q, k, v, key_padding_mask, scaling):
         dtype = compute_dtype(q)  # exponentials and the normaliser need fp32 under fp16/bf16
         if self.options.redraw and self.training:
-            features = orthogonal_gaussian_features(
-                self.options.num_features, q.shape[-1], self.generator(q.device), q.device
-            )
+            features = orthogonal_gaussian_features(self.options.num_features, q.shape[-1], device=q.device)
         else:
             features = self.features
         features = features.to(device=q.device, dtype=dtype)

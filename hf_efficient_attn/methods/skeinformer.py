@@ -22,8 +22,12 @@ pilot reutilisation; to reproduce those exact models set ``pilot_reuse=False`` a
 
 Choices where the paper is vague:
 - Sampling without replacement (line 5) is done by Gumbel top-k (keys log p_i + Gumbel noise), which
-  draws the same distribution as successive draws proportional to p; columns are drawn per
-  (batch, head), pilot rows too. Pilot size = d, as in Algorithm 1 and the official code.
+  draws the same distribution as successive draws proportional to p. Pilot size = d, as in
+  Algorithm 1 and the official code.
+- The random draws are per head and shared by the batch: d pilot uniforms, mapped onto each
+  sequence's real tokens, and one Gumbel variable per key position. In eval mode they are fixed
+  (seeded buffers over the model's max_seq_len positions), so appending padding changes no real
+  output and an example's output does not depend on its batch; training draws fresh ones.
 - ``row_normalization="none"``: D^-1 A S S^T V with S of Definition 3.1, i.e. sampled column j
   weighted by 1/(d p_j) (the official ablation drops this weight), and the exact row sums D, which
   cost O(n^2) (the official ablation computes them densely too). When every real column is drawn
@@ -34,9 +38,6 @@ Choices where the paper is vague:
 - Rows use a max-shift (exp(L - max_k L_ik)); R_i is invariant to it. The sampling
   probabilities and draws carry no gradient; everything computed from the drawn rows and columns
   (A^{J'}, g, d, and B_J V of line 12) does.
-
-Not padding invariant: the random draws (Gumbel noise over the n columns) depend on the padded
-length n, so appending padding changes which columns are sampled.
 
 ``vmean`` (section 5, Figure 1; Table 1 "V-Mean") outputs (1/m) 1 1^T V: the mean of the real
 value rows for every query.
@@ -49,7 +50,17 @@ from dataclasses import dataclass
 import torch
 
 from ..registry import register_method
-from .base import AttentionMethod, MethodOptions, check_choice, check_int, compute_dtype
+from .base import (
+    AttentionMethod,
+    MethodOptions,
+    check_choice,
+    check_int,
+    compute_dtype,
+    is_tracing,
+    random_bits,
+    uniform_from_bits,
+    uniform_real_positions,
+)
 from .softmax import exact_attention
 
 
@@ -60,30 +71,26 @@ def real_mask(key_padding_mask: torch.Tensor | None, batch: int, seq_len: int, d
     return key_padding_mask
 
 
-def uniform_real_positions(uniform: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
-    """Map uniforms in [0, 1) of shape (B, ...) to positions of real tokens, uniformly: the
-    floor(u * m)-th real token of each sequence (any padding side)."""
-    batch = real.shape[0]
-    lengths = real.sum(-1).view(batch, *([1] * (uniform.dim() - 1)))
-    rank = torch.minimum((uniform * lengths).long(), (lengths - 1).clamp(min=0))
-    positions = torch.argsort((~real).to(torch.uint8), dim=-1, stable=True)  # real tokens first
-    return positions.gather(1, rank.reshape(batch, -1)).view(rank.shape)
-
-
 def value_mean(v: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
     """Mean of the real value rows, (B, H, 1, D)."""
     weights = real[:, None, :, None].to(v.dtype)
     return (v * weights).sum(2, keepdim=True) / weights.sum(2, keepdim=True).clamp(min=1)
 
 
+def fill_masked(scores: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    """``scores`` with the dtype's lowest value where ``keep`` (broadcast) is False. Eager mode skips
+    an all-True ``keep``, which would change nothing (a speed shortcut: the fill and its backward
+    are full passes over the scores); traced models always fill."""
+    if not is_tracing() and bool(keep.all()):
+        return scores
+    return scores.masked_fill(~keep, torch.finfo(scores.dtype).min)
+
+
 def masked_softmax_attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, real: torch.Tensor, scaling: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Exact rows softmax(q K^T s) over the real keys and their outputs: (weights, weights @ v)."""
-    scores = (q * scaling) @ k.transpose(-1, -2)
-    if not bool(real.all()):
-        scores = scores.masked_fill(~real[:, None, None, :], torch.finfo(q.dtype).min)
-    weights = scores.softmax(-1)
+    weights = fill_masked((q * scaling) @ k.transpose(-1, -2), real[:, None, None, :]).softmax(-1)
     return weights, weights @ v
 
 
@@ -94,15 +101,13 @@ def column_probabilities(pilot_rows: torch.Tensor, v: torch.Tensor, real: torch.
     return scores / scores.sum(-1, keepdim=True).clamp(min=torch.finfo(scores.dtype).tiny)
 
 
-def sample_without_replacement(
-    probs: torch.Tensor, real: torch.Tensor, num: int, generator: torch.Generator | None
-) -> torch.Tensor:
+def sample_without_replacement(probs: torch.Tensor, real: torch.Tensor, num: int, bits: torch.Tensor) -> torch.Tensor:
     """``num`` column indices (B, H, num) drawn without replacement with probabilities ``probs``
-    (B, H, N) by Gumbel top-k; real columns always rank before padded ones, so a sequence with
+    (B, H, N) by Gumbel top-k, with one Gumbel variable per column made from random ``bits``
+    (broadcastable to ``probs``); real columns always rank before padded ones, so a sequence with
     m <= num real tokens gets all of them."""
     tiny = torch.finfo(probs.dtype).tiny
-    uniform = torch.rand(probs.shape, generator=generator, device=probs.device, dtype=probs.dtype)
-    gumbel = -torch.log(-torch.log(uniform.clamp(min=tiny)))
+    gumbel = -torch.log(-torch.log(uniform_from_bits(bits, probs.dtype)))
     keys = (probs.clamp(min=tiny).log() + gumbel).masked_fill(~real[:, None, :], float("-inf"))
     return keys.topk(num, dim=-1).indices
 
@@ -141,17 +146,20 @@ def skeinformer_attention(
     real: torch.Tensor,
     scaling: float,
     options: SkeinformerOptions,
-    generator: torch.Generator | None,
+    pilot_bits: torch.Tensor | None,
+    column_bits: torch.Tensor,
 ) -> torch.Tensor:
-    """Algorithm 1 on (B, H, N, D) inputs in a float dtype; ``real`` (B, N) marks real tokens."""
+    """Algorithm 1 on (B, H, N, D) inputs in a float dtype; ``real`` (B, N) marks real tokens.
+    Random bits (shared by the batch): ``pilot_bits`` (H, d) for the pilot rows (None when neither
+    the importance sampling nor the pilot reutilisation needs them), ``column_bits`` (H, N) for the
+    Gumbel variables of the columns."""
     batch, heads, seq_len, _ = q.shape
     num = options.num_samples
     lengths = real.sum(-1)[:, None, None]  # m, (B, 1, 1)
 
     # lines 1-3: pilot sampling, uniform with replacement among the real queries
-    if options.pilot_reuse or options.column_sampling == "importance":
-        uniform = torch.rand(batch, heads, num, generator=generator, device=q.device)
-        pilot_index = uniform_real_positions(uniform, real)
+    if pilot_bits is not None:
+        pilot_index = uniform_real_positions(pilot_bits, real)  # (B, H, d)
         pilot_rows, pilot_out = masked_softmax_attention(gather_rows(q, pilot_index), k, v, real, scaling)
 
     # lines 4-5: column probabilities and sampling without replacement
@@ -160,16 +168,14 @@ def skeinformer_attention(
             probs = column_probabilities(pilot_rows, v, real)
         else:
             probs = (real[:, None, :] / lengths).to(q.dtype).expand(batch, heads, seq_len)
-        columns = sample_without_replacement(probs, real, num, generator)
+        columns = sample_without_replacement(probs, real, num, column_bits)
     valid = real[:, None, :].expand(batch, heads, seq_len).gather(-1, columns)[:, :, None, :]  # (B, H, 1, d)
     num_valid = valid.sum(-1, keepdim=True)  # d per sequence: min(num, m)
     k_cols, v_cols = gather_rows(k, columns), gather_rows(v, columns) * valid.mT
 
     # lines 6-7: the sampled columns of A (shifted by the row max of the sampled logits)
     logits = (q * scaling) @ k_cols.transpose(-1, -2)  # (B, H, N, d)
-    masked = logits  # padded draws (sequences with m < d) masked: exp(masked - shift) = 0 there
-    if not bool(valid.all()):
-        masked = logits.masked_fill(~valid, torch.finfo(q.dtype).min)
+    masked = fill_masked(logits, valid)  # padded draws (sequences with m < d): exp(masked - shift) = 0
     if options.row_normalization == "adaptive":  # lines 8-11, eq. (6)
         # R_i is invariant to a per-row shift; 0 for a sequence without real tokens keeps it finite
         shift = torch.where(num_valid > 0, masked.amax(-1, keepdim=True), 0.0).detach()
@@ -203,22 +209,33 @@ def skeinformer_attention(
 
 @register_method
 class Skeinformer(AttentionMethod):
-    """Algorithm 1 of seed 000: pilot sampling, eq. (5) column importance sampling, eq. (6)
-    adaptive row normalisation, pilot sampling reutilisation."""
+    """Algorithm 1 of Chen, Zeng et al. 2022: pilot sampling, eq. (5) column importance sampling,
+    eq. (6) adaptive row normalisation, pilot sampling reutilisation."""
 
     name = "skeinformer"
     options_cls = SkeinformerOptions
     samples = True
-    padding_invariant = False  # the column draws (Gumbel noise over n columns) depend on n
+
+    def seeded_draws(self, generator):
+        # Shared by the batch: pilot rows per head, one Gumbel variable per head and key position.
+        heads, num = self.shape.num_heads, self.options.num_samples
+        return {
+            "pilot_bits": random_bits((heads, num), generator),
+            "column_bits": random_bits((heads, self.shape.max_seq_len), generator),
+        }
 
     def attend(self, q, k, v, key_padding_mask, scaling):
         dtype = compute_dtype(q)
         q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
-        batch, _, seq_len, _ = q.shape
-        if self.options.num_samples >= seq_len:  # every column is drawn: exact softmax attention
+        batch, heads, seq_len, _ = q.shape
+        opts = self.options
+        if opts.num_samples >= seq_len:  # every column is drawn: exact softmax attention
             return exact_attention(q, k, v, key_padding_mask, scaling)
         real = real_mask(key_padding_mask, batch, seq_len, q.device)
-        return skeinformer_attention(q, k, v, real, scaling, self.options, self.generator(q.device))
+        needs_pilot = opts.pilot_reuse or opts.column_sampling == "importance"
+        pilot_bits = self.draw_bits("pilot_bits") if needs_pilot else None
+        column_bits = self.draw_bits("column_bits", (heads, seq_len))
+        return skeinformer_attention(q, k, v, real, scaling, opts, pilot_bits, column_bits)
 
 
 @register_method

@@ -18,9 +18,9 @@ C_bar = kappa([Q; K], [Q; K]) of eq. (4), with a 2n x d sub-sampling matrix S (e
 - Landmarks (section 3.2, Definition 1; official ``uniform_sketching``): i.i.d. uniform draws
   with replacement, the first half from the real queries, the second half from the real keys
   (Definition 1 draws over all 2n rows; half and half is what it gives in expectation and what
-  the official code does). One uniform vector is shared by the batch and mapped onto each
+  the official code does). One vector of uniforms is shared by the batch and mapped onto each
   sequence's real tokens, so a sequence's landmarks depend neither on padding nor on the other
-  sequences of its batch.
+  sequences of its batch; it is fixed in eval mode (a seeded buffer) and drawn afresh in training.
 - ``accumulation`` (official option; the "accumulation of projections" sketches of Chen & Yang
   2021a cited by the paper): each of the d columns of S sums ``accumulation`` such indicator
   vectors instead of one. The columns are unscaled indicators, as in the official code (the
@@ -47,7 +47,16 @@ import torch
 import torch.nn.functional as F
 
 from ..registry import register_method
-from .base import AttentionMethod, MethodOptions, check_int, check_positive, compute_dtype, pad_to_multiple
+from .base import (
+    AttentionMethod,
+    MethodOptions,
+    check_int,
+    check_positive,
+    compute_dtype,
+    pad_to_multiple,
+    random_bits,
+    uniform_real_positions,
+)
 from .nystromformer import iterative_pinv
 
 
@@ -91,30 +100,17 @@ def kernelized_attention(
 
 
 def sample_landmarks(
-    key_padding_mask: torch.Tensor | None,
-    shape: tuple[int, int],
-    num_landmarks: int,
-    accumulation: int,
-    generator: torch.Generator | None,
-    device: torch.device,
+    key_padding_mask: torch.Tensor | None, shape: tuple[int, int], bits: torch.Tensor, accumulation: int
 ) -> torch.Tensor:
-    """Indices (B, accumulation, num_landmarks) into the rows of [Q; K] (0..2N-1), drawn
-    uniformly from the real tokens: the first half of the accumulation * num_landmarks draws
-    (in row-major order, as the official code) from the queries, the rest from the keys."""
+    """Indices (B, accumulation, num_landmarks) into the rows of [Q; K] (0..2N-1), one per random
+    bit draw (:func:`random_bits`, accumulation * num_landmarks of them, shared by the batch), uniform
+    over the real tokens: the first half of the draws (in row-major order, as the official code)
+    from the queries, the rest from the keys."""
     batch, seq_len = shape
-    total = accumulation * num_landmarks
-    uniform = torch.rand(total, generator=generator, device=device, dtype=torch.float64)
-    if key_padding_mask is None:
-        lengths = torch.full((batch, 1), seq_len, device=device)
-        positions = torch.arange(seq_len, device=device).expand(batch, seq_len)
-    else:
-        lengths = key_padding_mask.sum(-1, keepdim=True)
-        # positions of the real tokens, in order, first (works for any padding side)
-        positions = torch.argsort((~key_padding_mask).to(torch.uint8), dim=-1, stable=True)
-    rank = torch.minimum((uniform * lengths).long(), (lengths - 1).clamp(min=0))  # rank among real tokens
-    index = positions.gather(1, rank)
-    index[:, total // 2 :] += seq_len  # key rows of [Q; K]
-    return index.view(batch, accumulation, num_landmarks)
+    real = torch.ones(shape, dtype=torch.bool, device=bits.device) if key_padding_mask is None else key_padding_mask
+    index = uniform_real_positions(bits, real)  # (B, accumulation * num_landmarks)
+    is_key = torch.arange(bits.shape[0], device=bits.device) >= bits.shape[0] // 2
+    return torch.where(is_key, index + seq_len, index).view(batch, accumulation, -1)  # key rows follow the queries
 
 
 def skyformer_attention(
@@ -209,12 +205,14 @@ class Skyformer(_GaussianKernelMethod):
     options_cls = SkyformerOptions
     samples = True  # fresh landmarks every training step, seeded ones in eval
 
+    def seeded_draws(self, generator):
+        # One draw per landmark, shared by the batch and independent of the length.
+        return {"landmark_bits": random_bits((self.options.accumulation * self.options.num_landmarks,), generator)}
+
     def gaussian_attend(self, q, k, v, key_padding_mask, data_scale):
         opts = self.options
-        landmarks = sample_landmarks(
-            key_padding_mask, (q.shape[0], q.shape[2]), opts.num_landmarks, opts.accumulation,
-            self.generator(q.device), q.device,
-        )
+        shape = (q.shape[0], q.shape[2])
+        landmarks = sample_landmarks(key_padding_mask, shape, self.draw_bits("landmark_bits"), opts.accumulation)
         return skyformer_attention(
             q, k, v, key_padding_mask, landmarks, data_scale, opts.gamma, opts.pinv_iterations
         )

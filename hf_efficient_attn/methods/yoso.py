@@ -41,8 +41,8 @@ sees a padded value) and zero weight in ``yoso_e``; the random projections depen
 
 from __future__ import annotations
 
-import functools
 import math
+import re
 import warnings
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -125,12 +125,14 @@ class YosoOptions(MethodOptions):
 # ----------------------------------------------------------------------------- hashing
 
 
-@functools.lru_cache(maxsize=None)
-def sylvester_hadamard(size: int) -> torch.Tensor:
-    """The Sylvester Hadamard matrix of a power-of-two ``size``: H_1 = [1], H_2n = [[H_n, H_n], [H_n, -H_n]]."""
+def sylvester_hadamard(
+    size: int, device: torch.device | str | None = None, dtype: torch.dtype | None = None
+) -> torch.Tensor:
+    """The Sylvester Hadamard matrix of a power-of-two ``size``: H_1 = [1], H_2n = [[H_n, H_n], [H_n, -H_n]].
+    Built where it is used (log2(size) concatenations), so a traced forward holds no constant."""
     if size < 1 or size & (size - 1):
         raise ValueError(f"a Sylvester Hadamard matrix needs a power-of-two size, got {size}")
-    h = torch.ones(1, 1)
+    h = torch.ones(1, 1, device=device, dtype=dtype)
     while h.shape[0] < size:
         h = torch.cat([torch.cat([h, h], 1), torch.cat([h, -h], 1)])
     return h
@@ -184,10 +186,10 @@ def hadamard_codes(x: torch.Tensor, signs: torch.Tensor, num_hash: int, hash_cod
     For fixed signs, H D3 H D2 H D1 is one (D, D) matrix per head and block; we form it (D^3 per
     block, independent of n) and project with one matrix product. That is the same projection as
     the fast Walsh-Hadamard transform's log2(D) butterfly passes, at O(d D) per vector instead of
-    O(D log D), but measured 5x faster on CPU for D = 64 (the butterflies are memory-bound passes
-    over the whole (B, H, N, blocks, D) tensor)."""
+    O(D log D), but faster on CPU for D = 64 (the butterflies are memory-bound passes over the
+    whole (B, H, N, blocks, D) tensor)."""
     size, per_block, _ = _hadamard_layout(x.shape[-1], num_hash, hash_code_len)
-    hadamard = sylvester_hadamard(size).to(device=x.device, dtype=x.dtype)
+    hadamard = sylvester_hadamard(size, x.device, x.dtype)
     d1, d2, d3 = signs.to(x.dtype).unbind(1)  # (H, blocks, D) each
     # Row-vector form: (H D3 H D2 H D1 x)^T = x^T D1 H D2 H D3 H (H and D symmetric).
     rotation = ((d1[..., :, None] * hadamard * d2[..., None, :]) @ hadamard * d3[..., None, :]) @ hadamard
@@ -307,6 +309,34 @@ def _pair_weighted_sum(target_ids, sources: _Buckets, source_counts, a, b, c) ->
         return torch.sparse.sampled_addmm(pattern, a, b.t(), beta=0.0) @ c
 
 
+#: Namespace of this module's custom op, one per copy of the module: the package's own, and the copy
+#: shipped as remote code beside a model (``hea_methods_yoso.py``), which may be imported beside it.
+_OP_NAMESPACE = re.sub(r"\W", "_", __name__)
+
+
+@torch.library.custom_op(f"{_OP_NAMESPACE}::lsh_eq3_terms", mutates_args=())
+def lsh_eq3_terms(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, grad: torch.Tensor,
+    query_ids: torch.Tensor, key_ids: torch.Tensor, table_rows: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sums over the m hashes of eq. (3)'s dQ and dK terms with B replaced by each hash's collision
+    indicator (unscaled), for rows (B*H*N, d) and bucket ids (m, B*H*N) as in _LSHCollisionAttention::
+
+        dQ_i = sum_h sum_{j ~_h i} (dY_i . V_j) K_j,   dK_j = sum_h sum_{i ~_h j} (dY_i . V_j) Q_i
+
+    A custom op: its per-bucket choice of procedure reads the bucket sizes, which a compiler cannot
+    trace, so a compiled graph calls it as one node and it runs eagerly."""
+    grad_q, grad_k = torch.zeros_like(q), torch.zeros_like(k)
+    for q_ids, k_ids in zip(query_ids, key_ids):
+        _add_eq3_terms(q, k, v, grad, q_ids, k_ids, table_rows, grad_q, grad_k)
+    return grad_q, grad_k
+
+
+@lsh_eq3_terms.register_fake
+def _(q, k, v, grad, query_ids, key_ids, table_rows):
+    return torch.empty_like(q), torch.empty_like(k)
+
+
 class _LSHCollisionAttention(torch.autograd.Function):
     """Hash-estimated Y and the hash estimate of the eq. (3) backward, with the forward's hashes.
 
@@ -325,13 +355,11 @@ class _LSHCollisionAttention(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         q, k, v, query_ids, key_ids = ctx.saved_tensors
-        grad_q, grad_k, grad_v = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+        grad_v = torch.zeros_like(v)
         for q_ids, k_ids in zip(query_ids, key_ids):
             # dV_j = sum_i B_ij dY_i: the forward's bucket sums with queries and keys swapped.
             grad_v += _gather_bucket_sums(grad, q_ids, k_ids, ctx.table_rows)
-            # eq. (3) with B_ij replaced by this hash's collision indicator:
-            #   dQ_i += sum_{j ~ i} (dY_i . V_j) K_j,   dK_j += sum_{i ~ j} (dY_i . V_j) Q_i.
-            _add_eq3_terms(q, k, v, grad, q_ids, k_ids, ctx.table_rows, grad_q, grad_k)
+        grad_q, grad_k = lsh_eq3_terms(q, k, v, grad, query_ids, key_ids, ctx.table_rows)
         scale = ctx.hash_code_len / (2 * len(query_ids))  # tau/2 of eq. (3), mean over the m hashes
         return grad_q * scale, grad_k * scale, grad_v / len(query_ids), None, None, None, None
 
@@ -353,17 +381,23 @@ def _add_eq3_terms(q, k, v, grad, query_ids, key_ids, table_rows, grad_q, grad_k
         grad_k.index_add_(0, j, v[j] @ (grad[i].t() @ q[i]))
 
 
-def _compact_ids(query_ids: torch.Tensor, key_ids: torch.Tensor, table_rows: int):
-    """Renumber each hash's occupied buckets 0, 1, ... (one sort): a table then needs at most
-    2 B H N rows instead of B H 2**tau + 2, which matters for large tau or short sequences."""
+def _compact_ids(
+    query_ids: torch.Tensor, key_ids: torch.Tensor, table_rows: int
+) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """Renumber each hash's occupied buckets 0, 1, ... in the order of their ids, with static shapes:
+    one sort of all hashes' ids (offset by hash, so each hash fills its own stretch of 2 B H N sorted
+    ids), a count of where the sorted value changes, and the counts sent back to the ids' places. A
+    table then needs 2 B H N rows (every query and key in a bucket of its own at most) instead of
+    B H 2**tau + 2, which matters for large tau or short sequences."""
     num_hash, rows = query_ids.shape
-    hash_offsets = torch.arange(num_hash, device=query_ids.device).view(num_hash, 1) * table_rows
-    unique, inverse = torch.unique(torch.cat([query_ids, key_ids], 1) + hash_offsets, return_inverse=True)
-    # unique values are sorted, so hash h owns the contiguous range [first[h], first[h + 1]).
-    first = torch.searchsorted(unique, hash_offsets.view(-1))
-    inverse -= first.view(num_hash, 1)
-    table_rows = int((torch.diff(first, append=first.new_tensor([len(unique)]))).max())
-    return inverse[:, :rows].contiguous(), inverse[:, rows:].contiguous(), table_rows
+    offsets = torch.arange(num_hash, device=query_ids.device).view(num_hash, 1) * table_rows
+    ids = (torch.cat([query_ids, key_ids], 1) + offsets).flatten()
+    sorted_ids, order = ids.sort()
+    changes = (sorted_ids[1:] != sorted_ids[:-1]).long()
+    dense = torch.cat([changes.new_zeros(1), changes]).cumsum(0).view(num_hash, 2 * rows)
+    dense = dense - dense[:, :1]  # hash h's stretch starts at its smallest id
+    compact = torch.empty_like(ids).scatter(0, order, dense.flatten()).view(num_hash, 2 * rows)
+    return compact[:, :rows].contiguous(), compact[:, rows:].contiguous(), 2 * rows
 
 
 def lsh_collision_attention(
@@ -378,7 +412,7 @@ def lsh_collision_attention(
     query_ids = _bucket_ids(query_codes, num_buckets, mask, padded_id + 1)
     key_ids = _bucket_ids(key_codes, num_buckets, mask, padded_id)
     table_rows = padded_id + 2
-    if table_rows > 2 * query_ids.shape[1]:
+    if table_rows > 2 * query_ids.shape[1]:  # decided by shapes alone
         query_ids, key_ids, table_rows = _compact_ids(query_ids, key_ids, table_rows)
     flat = [x.reshape(-1, x.shape[-1]) for x in (q, k, v)]
     return _LSHCollisionAttention.apply(*flat, query_ids, key_ids, hash_code_len, table_rows).view(v.shape)
@@ -429,18 +463,25 @@ class Yoso(_YosoBase):
 
     name = "yoso"
     options_cls = YosoOptions
-    samples = True  # fresh hashes every training step, seeded ones in eval
+    samples = True  # fresh hashes every training step, fixed seeded ones in eval
 
-    def cumulate(self, q, k, v, mask):
-        opts, heads, dim = self.options, q.shape[1], q.shape[-1]
-        generator = self.generator(q.device)
+    def seeded_draws(self, generator):
         # One draw per head, shared by the batch: an example's eval output does not depend on
         # the other examples of its batch (the official code draws per (example, head)).
+        return {"projections": self._draw_projections(generator)}
+
+    def _draw_projections(self, generator=None, device=None) -> torch.Tensor:
+        """The fast hash's D1, D2, D3 signs, or the Gaussian hyperplanes."""
+        opts, shape = self.options, self.shape
+        draw = draw_hadamard_signs if opts.use_fast_hash else draw_hyperplanes
+        return draw(shape.num_heads, shape.head_dim, opts.num_hash, opts.hash_code_len, generator, device)
+
+    def cumulate(self, q, k, v, mask):
+        opts = self.options
         with torch.no_grad():
+            projections = self._draw_projections(device=q.device) if self.training else self.projections
             if opts.use_fast_hash:
-                signs = draw_hadamard_signs(heads, dim, opts.num_hash, opts.hash_code_len, generator, q.device)
-                codes = [hadamard_codes(x, signs, opts.num_hash, opts.hash_code_len) for x in (q, k)]
+                codes = [hadamard_codes(x, projections, opts.num_hash, opts.hash_code_len) for x in (q, k)]
             else:
-                planes = draw_hyperplanes(heads, dim, opts.num_hash, opts.hash_code_len, generator, q.device)
-                codes = [hyperplane_codes(x, planes, opts.hash_code_len) for x in (q, k)]
+                codes = [hyperplane_codes(x, projections, opts.hash_code_len) for x in (q, k)]
         return lsh_collision_attention(q, k, v, codes[0], codes[1], opts.hash_code_len, mask)
