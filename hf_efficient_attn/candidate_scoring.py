@@ -44,6 +44,7 @@ from transformers.utils import ModelOutput
 
 from .auto import _EfficientAutoModel
 from .long import max_tokens
+from .patching import efficient_class
 
 
 @dataclass
@@ -163,14 +164,28 @@ CANDIDATE_SCORING_CLASSES: dict[type[PretrainedConfig], type[PreTrainedModel]] =
 }
 
 
-class _FreshCandidateScorer:
-    """What ``_EfficientAutoModel.from_config`` calls to build a randomly initialised model."""
+class _CandidateScoringLoader:
+    """What ``_EfficientAutoModel`` delegates to (a Transformers auto class elsewhere; Transformers
+    has none for this head): the efficient subclass of the config's candidate-scoring class."""
 
     @staticmethod
-    def from_config(config: PretrainedConfig, **kwargs: Any) -> PreTrainedModel:
+    def model_class(config: PretrainedConfig) -> type[PreTrainedModel]:
+        if type(config) not in CANDIDATE_SCORING_CLASSES:
+            raise ValueError(
+                f"no candidate-scoring model for model type {config.model_type!r}; supported: "
+                + ", ".join(sorted(c.model_type for c in CANDIDATE_SCORING_CLASSES))
+            )
+        return efficient_class(CANDIDATE_SCORING_CLASSES[type(config)])
+
+    @classmethod
+    def from_pretrained(cls, path: str, *args: Any, config: PretrainedConfig, **kwargs: Any) -> PreTrainedModel:
+        return cls.model_class(config).from_pretrained(path, *args, config=config, **kwargs)
+
+    @classmethod
+    def from_config(cls, config: PretrainedConfig, **kwargs: Any) -> PreTrainedModel:
         # ``_from_config`` is what Transformers' own ``AutoModel*.from_config`` calls (dtype and
         # attn_implementation handling); there is no public per-class equivalent.
-        return AutoModelForCandidateScoring._model_class(config)._from_config(config, **kwargs)
+        return cls.model_class(config)._from_config(config, **kwargs)
 
 
 class AutoModelForCandidateScoring(_EfficientAutoModel):
@@ -181,5 +196,4 @@ class AutoModelForCandidateScoring(_EfficientAutoModel):
         model.save_pretrained("scorer")  # reloads with the same method and scorer
     """
 
-    _auto_class = _FreshCandidateScorer
-    _mapping = CANDIDATE_SCORING_CLASSES
+    _auto_class = _CandidateScoringLoader
