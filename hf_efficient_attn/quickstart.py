@@ -206,15 +206,19 @@ def run(output_dir: str, attn_impl: str = "mra2", max_length: int = 1024, mlm_st
                 console.write(f"{line}: reused\n")
                 finished.append(name)
                 continue
-            console.write(f"{line}\n")
+            console.write(f"{line}\n" if trains else line)  # a training step's progress bars follow
             print(f"\n== {line}", flush=True)
             shutil.rmtree(folder[name], ignore_errors=True)
             began = time.perf_counter()
             if trains:
                 step(TerminalProgress(console))
             else:
-                step()
-            console.write(f"      done in {time.perf_counter() - began:.0f} s\n")
+                try:
+                    step()
+                except BaseException:
+                    console.write("\n")  # end the step's line before the error
+                    raise
+                console.write(f": done ({time.perf_counter() - began:.0f} s)\n")
             finished.append(name)
             save_state(output_dir, settings, finished)
     results = {

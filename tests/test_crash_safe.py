@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -29,6 +30,8 @@ from hf_efficient_attn.training.driver import COMPLETE_MARKER, last_complete_che
 from hf_efficient_attn.training.mlm import main
 
 SEQ = 64
+#: Steps of the killed runs (a checkpoint at each): room for three kills in the training.
+STEPS = 30
 
 
 class Killed(BaseException):
@@ -100,6 +103,18 @@ def test_a_save_killed_midway_is_skipped_and_the_rerun_matches(workspace, tmp_pa
     assert kept == (["checkpoint-6"] if limit == 1 else ["checkpoint-2", "checkpoint-4", "checkpoint-6"])
 
 
+def test_a_rerun_after_the_last_checkpoint_trains_nothing_more(workspace, tmp_path, training_steps):
+    """Killed after the checkpoint of the last step (in the final save or the evaluation): the rerun
+    resumes from it, trains no further step (Trainer alone would run one) and evaluates the same."""
+    whole = main(mlm_args(workspace, tmp_path / "whole"))
+    shutil.copytree(tmp_path / "whole" / "checkpoint-6", tmp_path / "rerun" / "checkpoint-6")
+    del training_steps[:]
+    rerun = main(mlm_args(workspace, tmp_path / "rerun"))
+    assert training_steps == [] and not (tmp_path / "rerun" / "checkpoint-7").exists()
+    assert (rerun["epoch"], rerun["eval_loss"], rerun["eval_accuracy"]) == (
+        whole["epoch"], whole["eval_loss"], whole["eval_accuracy"])  # fmt: skip
+
+
 def test_last_complete_checkpoint(tmp_path):
     for step, complete in ((1, True), (3, True), (5, False), (10, False)):
         (tmp_path / f"checkpoint-{step}").mkdir()
@@ -143,24 +158,19 @@ def complete_steps(output_dir) -> list[int]:
                   if n.startswith("checkpoint-") and os.path.isfile(os.path.join(output_dir, n, COMPLETE_MARKER)))  # fmt: skip
 
 
-def run_until_killed(command, output_dir, delay: float) -> str:
-    """Start ``command``; once it has written a new checkpoint folder (or after ``delay`` s, when
-    ``delay`` is negative: -delay s from its start), wait ``delay`` s and SIGKILL it. Returns its
-    output (the log of what it resumed from)."""
-    before = set(os.listdir(output_dir)) if os.path.isdir(output_dir) else set()
+def run_until_killed(command, output_dir, delay: float) -> tuple[str, bool]:
+    """Start ``command``, wait until it writes a new checkpoint folder, then ``delay`` seconds more,
+    and SIGKILL it. Returns its output (the log says what it resumed from) and whether the kill
+    interrupted it (False: it had finished)."""
+    before = set(os.listdir(output_dir))
     process = subprocess.Popen(command, cwd=REPO, env=environment(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                text=True)  # fmt: skip
-    started = time.monotonic()
-    while process.poll() is None:
-        if delay < 0:
-            if time.monotonic() - started >= -delay:
-                break
-        elif os.path.isdir(output_dir) and any(n.startswith("checkpoint-") for n in set(os.listdir(output_dir)) - before):
-            time.sleep(delay)
-            break
-        time.sleep(0.05)
+    while process.poll() is None and not any(n.startswith("checkpoint-") for n in set(os.listdir(output_dir)) - before):
+        time.sleep(0.02)
+    time.sleep(delay)
     process.send_signal(signal.SIGKILL)
-    return process.communicate()[0]
+    log = process.communicate()[0]
+    return log, process.returncode == -signal.SIGKILL
 
 
 def finish(command) -> str:
@@ -190,19 +200,19 @@ def commands(tmp_path_factory):
     return {
         "mlm": lambda out: [
             "scripts/pretrain_mlm.py", "--model_name_or_path", mlm_model, "--train_file", train, "--validation_file",
-            validation, "--max_seq_length", str(SEQ), "--max_steps", "10", "--per_device_train_batch_size", "4",
+            validation, "--max_seq_length", str(SEQ), "--max_steps", str(STEPS), "--per_device_train_batch_size", "4",
             "--attn_impl", "mra2", "--attn_config", '{"block_size": 16}', "--output_dir", str(out), *common,
         ],
         "glue": lambda out: [
             "scripts/finetune_glue.py", "--model_name_or_path", mlm_model, "--task_name", "cola", "--train_file",
             glue_files["train"], "--validation_file", glue_files["validation"], "--max_seq_length", str(SEQ),
-            "--max_steps", "10", "--per_device_train_batch_size", "8", "--attn_impl", "yoso",
+            "--max_steps", str(STEPS), "--per_device_train_batch_size", "8", "--attn_impl", "yoso",
             "--output_dir", str(out), *common,
         ],
         "wikihop": lambda out: [
             "scripts/finetune_wikihop.py", "--model_name_or_path", save_tiny_encoder(str(root / "encoder")),
             "--train_file", wikihop_train, "--validation_file", wikihop_dev, "--max_seq_length", "128",
-            "--max_steps", "8", "--per_device_train_batch_size", "4", "--attn_impl", "mra2",
+            "--max_steps", str(STEPS), "--per_device_train_batch_size", "4", "--attn_impl", "mra2",
             "--output_dir", str(out), *common,
         ],
     }  # fmt: skip
@@ -211,10 +221,11 @@ def commands(tmp_path_factory):
 @pytest.mark.slow
 @pytest.mark.parametrize("script", ["mlm", "glue", "wikihop"])
 def test_sigkill_at_any_moment_then_rerun_matches_the_uninterrupted_run(script, commands, tmp_path):
-    """One SIGKILL in the middle of checkpoint 3's writing, then three at random moments (seeded:
-    the first any time after the start, the others 0-1.5 s after a new checkpoint folder appears,
-    with a checkpoint at every step), then the same command to the end: every rerun resumes from
-    the last complete checkpoint, and the evaluation equals the uninterrupted run's (rel. 1e-4)."""
+    """One SIGKILL in the middle of checkpoint 3's writing, then three at random moments of the
+    training (seeded: 0 to 3 steps' time after the rerun writes its first checkpoint; with a
+    checkpoint at every step, many land in a save), then the same command to the end: every rerun
+    resumes from the last complete checkpoint, and the evaluation equals the uninterrupted run's
+    (rel. 1e-4)."""
     command = commands[script]
     finish([sys.executable, *command(tmp_path / "whole")])
     expected = eval_metrics(tmp_path / "whole")
@@ -225,14 +236,18 @@ def test_sigkill_at_any_moment_then_rerun_matches_the_uninterrupted_run(script, 
     assert complete_steps(out) == [1, 2] and (out / "checkpoint-3").is_dir()  # the kill hit checkpoint 3
 
     rng = random.Random(f"kills-{script}")
+    step_seconds = read_json(tmp_path / "whole", "train_results.json")["train_runtime"] / STEPS
     logs = []
-    for delay in (-rng.uniform(5, 40), rng.uniform(0, 1.5), rng.uniform(0, 1.5)):
+    for _ in range(3):
         before = complete_steps(out)
-        logs.append(run_until_killed([sys.executable, *command(out)], out, delay))
-        assert complete_steps(out)[-1:] >= before[-1:]  # never lost the last complete checkpoint
+        log, interrupted = run_until_killed([sys.executable, *command(out)], out, rng.uniform(0, 3 * step_seconds))
+        assert interrupted, f"the run ended before the kill:\n{log[-2000:]}"
+        assert complete_steps(out)[-1] >= before[-1]  # the last complete checkpoint is never lost
+        logs.append(log)
     logs.append(finish([sys.executable, *command(out)]))
     assert f"skipped {out / 'checkpoint-3'}: incomplete" in logs[0]
     assert f"resuming from {out / 'checkpoint-2'}" in logs[0]
+    assert all("resuming from" in log for log in logs[1:])
     got = eval_metrics(out)
     assert got.keys() == expected.keys()
     for key, value in expected.items():

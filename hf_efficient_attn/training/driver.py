@@ -147,6 +147,16 @@ class CrashSafeTrainer(Trainer):
             rotate_checkpoints(run_dir, limit, self.state.best_model_checkpoint, use_mtime=True)
 
 
+    def _run_epoch(self, *args: Any, **kwargs: Any) -> None:
+        # Resumed from the checkpoint of the last step (a kill during the final save or evaluation),
+        # Trainer 5.24 would still run one more optimiser step (its loop tests max_steps only after a
+        # step), changing the model unless the learning rate has reached 0: there is nothing to train.
+        if self.state.global_step >= self.state.max_steps > 0:
+            self.control.should_training_stop = True
+            return
+        super()._run_epoch(*args, **kwargs)
+
+
 def last_complete_checkpoint(output_dir: str) -> tuple[str | None, list[str]]:
     """The complete ``checkpoint-N`` of ``output_dir`` with the highest N (None if none), and the
     incomplete ones above it, which were skipped."""
