@@ -106,11 +106,12 @@ def test_a_save_killed_midway_is_skipped_and_the_rerun_matches(workspace, tmp_pa
 def test_a_rerun_after_the_last_checkpoint_trains_nothing_more(workspace, tmp_path, training_steps):
     """Killed after the checkpoint of the last step (in the final save or the evaluation): the rerun
     resumes from it, trains no further step (Trainer alone would run one) and evaluates the same."""
-    whole = main(mlm_args(workspace, tmp_path / "whole"))
-    shutil.copytree(tmp_path / "whole" / "checkpoint-6", tmp_path / "rerun" / "checkpoint-6")
+    seven = ("--max_steps", "7")  # 3 steps per epoch: the last one is in mid-epoch
+    whole = main(mlm_args(workspace, tmp_path / "whole", *seven))
+    shutil.copytree(tmp_path / "whole" / "checkpoint-7", tmp_path / "rerun" / "checkpoint-7")
     del training_steps[:]
-    rerun = main(mlm_args(workspace, tmp_path / "rerun"))
-    assert training_steps == [] and not (tmp_path / "rerun" / "checkpoint-7").exists()
+    rerun = main(mlm_args(workspace, tmp_path / "rerun", *seven))
+    assert training_steps == [] and not (tmp_path / "rerun" / "checkpoint-8").exists()
     assert (rerun["epoch"], rerun["eval_loss"], rerun["eval_accuracy"]) == (
         whole["epoch"], whole["eval_loss"], whole["eval_accuracy"])  # fmt: skip
 
