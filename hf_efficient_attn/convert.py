@@ -80,11 +80,11 @@ class _HeldBackTyingWarnings(logging.Filter):
             return False
         return True
 
-    def __enter__(self) -> "_HeldBackTyingWarnings":
+    def __enter__(self) -> _HeldBackTyingWarnings:
         self.logger.addFilter(self)
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.logger.removeFilter(self)
 
     def release(self, unless_about: list[str]) -> None:

@@ -191,8 +191,8 @@ def run(output_dir: str, attn_impl: str = "mra2", max_length: int = 1024, mlm_st
         "data": ("real Wikipedia articles and newsgroup posts (gensim's test data)", write_data, False),
         "1-long": (f"convert all-MiniLM-L6-v2 to {max_length} tokens with {attn_impl}", convert, False),
         "2-mlm": (f"continued MLM pretraining: {mlm_steps} steps of 2 x {max_length} tokens", pretrain, True),
-        "3-newsgroups": (f"fine-tune on newsgroup posts (up to {finetune_length} tokens, {finetune_epochs} epochs)",
-                         finetune, True),  # fmt: skip
+        "3-newsgroups": (f"fine-tune on newsgroup posts ({finetune_epochs} epochs, up to {finetune_length} tokens)",
+                         finetune, True),
         "4-upload": ("Hub upload folder (push_to_hub.py --dry_run: nothing is uploaded)", upload, False),
     }
     start = time.perf_counter()

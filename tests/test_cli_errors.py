@@ -50,12 +50,9 @@ def files(tmp_path_factory):
     return {"root": str(root), "train": train, "validation": validation, "model": save_tiny_mlm(str(root / "tiny"))}
 
 
-def mlm_args(f, *extra, output="out", train=None, validation=True):
-    """pretrain_mlm.py's flags on the news files (``train``: another training file, then without
-    a validation file unless ``validation``)."""
-    files = ["--train_file", p(f, train) if train else f["train"]]
-    if validation and not train:
-        files += ["--validation_file", f["validation"]]
+def mlm_args(f, *extra, output="out", train=None):
+    """pretrain_mlm.py's flags on the news files, or on the training file ``train`` alone."""
+    files = ["--train_file", p(f, train)] if train else ["--train_file", f["train"], "--validation_file", f["validation"]]
     return [
         "--model_name_or_path", f["model"], *files, "--output_dir", p(f, output), "--max_seq_length", "64",
         "--report_to", "none", *extra,
@@ -227,8 +224,8 @@ def test_a_real_process_prints_one_line(files):
     """The whole path in a fresh interpreter: exit status 2, one stderr line, no traceback."""
     env = {**os.environ, "PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", "")}
     env.pop(DEBUG_VARIABLE, None)
-    result = subprocess.run([sys.executable, "scripts/pretrain_mlm.py", *mlm_args(files, "--do_train", "--max_seq_length", "512")],
-                            cwd=REPO, env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
+    command = [sys.executable, "scripts/pretrain_mlm.py", *mlm_args(files, "--do_train", "--max_seq_length", "512")]
+    result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 2
     assert result.stderr.splitlines() == [
         "error: --max_seq_length 512 exceeds the model's position table (130 tokens); stretch the checkpoint first: "

@@ -155,8 +155,8 @@ def environment(**extra) -> dict[str, str]:
 def complete_steps(output_dir) -> list[int]:
     if not os.path.isdir(output_dir):
         return []
-    return sorted(int(n.split("-")[1]) for n in os.listdir(output_dir)
-                  if n.startswith("checkpoint-") and os.path.isfile(os.path.join(output_dir, n, COMPLETE_MARKER)))  # fmt: skip
+    names = [n for n in os.listdir(output_dir) if n.startswith("checkpoint-")]
+    return sorted(int(n.split("-")[1]) for n in names if os.path.isfile(os.path.join(output_dir, n, COMPLETE_MARKER)))
 
 
 def run_until_killed(command, output_dir, delay: float) -> tuple[str, bool]:

@@ -85,7 +85,8 @@ def test_push_of_a_folder_that_records_nothing_warns_once_per_field(tmp_path, ca
     from training_fixtures import small_tokenizer
 
     small_tokenizer().save_pretrained(tmp_path / "variant")
-    run_cli(cli.main, ["--model_dir", str(tmp_path / "variant"), "--repo_id", "me/x", "--dry_run", str(tmp_path / "up")])
+    run_cli(cli.main, ["--model_dir", str(tmp_path / "variant"), "--repo_id", "me/x", "--dry_run",
+                       str(tmp_path / "up")])  # fmt: skip
     warnings = [line for line in capsys.readouterr().err.splitlines() if "warning" in line.lower()]
     assert len(warnings) == 2 and all(line.startswith("warning: ") for line in warnings), warnings
     assert "--base_model" in warnings[0] and "--license" in warnings[1]

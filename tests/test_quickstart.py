@@ -34,8 +34,10 @@ def _predictions(folder: str, texts: list[str], max_length: int) -> tuple[torch.
 
 
 def _run(out) -> subprocess.CompletedProcess:
-    command = [sys.executable, "scripts/quickstart.py", "--output_dir", str(out), "--attn_impl", "mra2",
-               "--max_length", "1024", "--mlm_steps", "2", "--finetune_length", "128", "--finetune_epochs", "1"]  # fmt: skip
+    command = [
+        sys.executable, "scripts/quickstart.py", "--output_dir", str(out), "--attn_impl", "mra2", "--max_length",
+        "1024", "--mlm_steps", "2", "--finetune_length", "128", "--finetune_epochs", "1",
+    ]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", "")}
     result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, timeout=3600)
     # Decoded without universal newlines: a progress bar redraws its line with \r.

@@ -404,7 +404,8 @@ def test_trainer_options_on_cpu(workspace, tmp_path):
     out = tmp_path / "opts"
     metrics = run(workspace, out, "--do_train", "--do_eval", "--use_cpu", "--bf16", "--activation_checkpointing",
                   "--attn_impl", "mra2", "--num_train_epochs", "1", "--max_train_samples", "8",
-                  "--eval_strategy", "epoch", "--save_strategy", "epoch", "--pad_to_max_length", "--max_chunks", "3")  # fmt: skip
+                  "--eval_strategy", "epoch", "--save_strategy", "epoch", "--pad_to_max_length",
+                  "--max_chunks", "3")  # fmt: skip
     assert math.isfinite(metrics["eval_loss"]) and metrics["epoch"] == 1
     assert os.path.isdir(out / "checkpoint-2")
     assert len([e for e in read(out, "trainer_state.json")["log_history"] if "eval_loss" in e]) == 1

@@ -170,7 +170,9 @@ class DataArguments:
             raise ValueError("give a dataset: --dataset_name NAME, or --train_file / --validation_file")
         for flag in ("train_file", "validation_file"):
             check_data_file(flag, getattr(self, flag), self.file_extensions)
-        check_positive_flags(self, "max_seq_length", "max_train_samples", "max_eval_samples", "preprocessing_num_workers")
+        check_positive_flags(
+            self, "max_seq_length", "max_train_samples", "max_eval_samples", "preprocessing_num_workers"
+        )
 
 
 def check_data_file(flag: str, path: str | None, extensions: Sequence[str]) -> None:

@@ -78,7 +78,9 @@ def carve_validation(train: Dataset, percentage: int, needed: bool = True) -> tu
     """(the rest of ``train``, its first ``percentage`` %, rounded to whole rows); None when that
     is no row and the split is not ``needed``."""
     if not 0 < percentage < 100:
-        raise ValueError(f"--validation_split_percentage must be in 1..99 to carve a validation split, got {percentage}")
+        raise ValueError(
+            f"--validation_split_percentage must be in 1..99 to carve a validation split, got {percentage}"
+        )
     count = round(len(train) * percentage / 100)
     if count == 0:
         if not needed:

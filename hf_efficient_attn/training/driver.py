@@ -78,7 +78,9 @@ def check_report_to(training_args: TrainingArguments) -> None:
         available = getattr(transformers.integrations, f"is_{_REPORTER_CHECKS.get(name, name)}_available", None)
         if available is not None and not available():
             hint = " (or pip install -e '.[train]')" if name == "tensorboard" else ""
-            raise ValueError(f"--report_to {name} needs the {name} package: pip install {name}{hint}, or pass --report_to none")
+            raise ValueError(
+                f"--report_to {name} needs the {name} package: pip install {name}{hint}, or pass --report_to none"
+            )
 
 
 def check_run(training_args: TrainingArguments, stages: Sequence[str] = ("do_train", "do_eval")) -> None:
@@ -143,14 +145,15 @@ class CrashSafeTrainer(Trainer):
         self.accelerator.wait_for_everyone()  # each process has written its own rng_state_<rank>.pth
         if self.args.should_save:
             run_dir = self._get_output_dir(trial=trial)
-            mark_complete(os.path.join(run_dir, f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"), self.state.global_step)
+            step = self.state.global_step
+            mark_complete(os.path.join(run_dir, f"{PREFIX_CHECKPOINT_DIR}-{step}"), step)
             rotate_checkpoints(run_dir, limit, self.state.best_model_checkpoint, use_mtime=True)
-
 
     def _run_epoch(self, *args: Any, **kwargs: Any) -> None:
         # Resumed from the checkpoint of the last step (a kill during the final save or evaluation),
-        # Trainer 5.24 would still run one more optimiser step (its loop tests max_steps only after a
-        # step), changing the model unless the learning rate has reached 0: there is nothing to train.
+        # Trainer 5.24 would still run one more optimiser step in mid-epoch (its loop tests max_steps
+        # only after a step), changing the model unless the learning rate has reached 0. This private
+        # method is the one place that runs before that step: there is nothing to train.
         if self.state.global_step >= self.state.max_steps > 0:
             self.control.should_training_stop = True
             return

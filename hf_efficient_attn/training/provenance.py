@@ -79,4 +79,5 @@ def data_description(data_args: Any) -> dict[str, Any]:
     if getattr(data_args, "dataset_name", None) is not None:
         return {"dataset_name": data_args.dataset_name, "dataset_config_name": data_args.dataset_config_name}
     flags = ("train_file", "validation_file", "test_file", "validation_mismatched_file", "test_mismatched_file")
-    return {"files": {flag: os.path.basename(getattr(data_args, flag)) for flag in flags if getattr(data_args, flag, None)}}
+    given = {flag: getattr(data_args, flag, None) for flag in flags}
+    return {"files": {flag: os.path.basename(path) for flag, path in given.items() if path}}
