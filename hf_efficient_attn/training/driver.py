@@ -204,11 +204,15 @@ def checkpoint_to_resume(training_args: TrainingArguments) -> str | None:
 def start_run(training_args: TrainingArguments) -> str | None:
     """What every training script does once its flags are checked (:func:`check_run`), as
     Transformers' examples do: logging, the checkpoint to resume from (returned) and the seed; on
-    CPU also glibc's malloc set to keep freed memory (:func:`keep_freed_memory`: at long lengths it
-    spares every step hundreds of thousands of page faults)."""
+    CPU also no pinned memory and glibc's malloc set to keep freed memory (:func:`keep_freed_memory`:
+    at long lengths it spares every step hundreds of thousands of page faults)."""
     setup_logging(training_args)
-    if training_args.device.type == "cpu" and keep_freed_memory():
-        logger.info("glibc malloc keeps freed memory for reuse (set MALLOC_MMAP_THRESHOLD_ to choose otherwise)")
+    if training_args.device.type == "cpu":
+        # Pinned memory only speeds up copies to an accelerator; on CPU torch warns at every
+        # DataLoader that it is not used.
+        training_args.dataloader_pin_memory = False
+        if keep_freed_memory():
+            logger.info("glibc malloc keeps freed memory for reuse (set MALLOC_MMAP_THRESHOLD_ to choose otherwise)")
     checkpoint = checkpoint_to_resume(training_args)
     transformers.set_seed(training_args.seed)
     return checkpoint
