@@ -42,6 +42,8 @@ def argparse_errors_raise() -> Iterator[None]:
     def error(parser: argparse.ArgumentParser, message: str) -> NoReturn:
         raise UsageError(f"{message} (see {parser.prog} --help)")
 
+    # The class is patched because the parsers are built in many places (Transformers' included) and
+    # argparse's own switch, exit_on_error=False, still prints and exits for missing required flags.
     original = argparse.ArgumentParser.error
     argparse.ArgumentParser.error = error  # type: ignore[method-assign]
     try:
