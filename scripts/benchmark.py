@@ -2,6 +2,7 @@
 step, versus sequence length. ``python scripts/benchmark.py --help``."""
 
 from hf_efficient_attn.benchmark import main
+from hf_efficient_attn.cli_errors import run_cli
 
 if __name__ == "__main__":
-    main()
+    run_cli(main)

@@ -8,7 +8,8 @@ model ready for scripts/pretrain_mlm.py:
 Prints what it did (positions copied, method, new MLM head if the checkpoint had none).
 """
 
+from hf_efficient_attn.cli_errors import run_cli
 from hf_efficient_attn.convert import main
 
 if __name__ == "__main__":
-    main()
+    run_cli(main)

@@ -13,7 +13,8 @@ predictions.json (id -> predicted candidate). Works under torchrun and accelerat
 (configs/accelerate/).
 """
 
+from hf_efficient_attn.cli_errors import run_cli
 from hf_efficient_attn.training.wikihop import main
 
 if __name__ == "__main__":
-    main()
+    run_cli(main)

@@ -10,12 +10,18 @@ then synthetic ones):
 
 import argparse
 
+from hf_efficient_attn.cli_errors import run_cli
 from hf_efficient_attn.data.qangaroo import write_wikihop_files
 
-if __name__ == "__main__":
+
+def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--output_dir", required=True, help="folder for train.json and dev.json")
     parser.add_argument("--train_examples", type=int, default=256, help="synthetic training examples")
     parser.add_argument("--dev_examples", type=int, default=64, help="synthetic examples after the 2 real ones")
-    counts = write_wikihop_files(**vars(parser.parse_args()))
+    counts = write_wikihop_files(**vars(parser.parse_args(argv)))
     print(f"wrote {counts['train']} training and {counts['dev']} development examples")
+
+
+if __name__ == "__main__":
+    run_cli(main)

@@ -1,6 +1,7 @@
 """Share a variant on the Hugging Face Hub with its model card and code: ``python scripts/push_to_hub.py --help``."""
 
+from hf_efficient_attn.cli_errors import run_cli
 from hf_efficient_attn.hub.cli import main
 
 if __name__ == "__main__":
-    main()
+    run_cli(main)

@@ -2,7 +2,8 @@
 Wikipedia text, and sentence-embedding agreement (``--embeddings``):
 ``python scripts/quality.py --help``."""
 
+from hf_efficient_attn.cli_errors import run_cli
 from hf_efficient_attn.quality.cli import main
 
 if __name__ == "__main__":
-    main()
+    run_cli(main)

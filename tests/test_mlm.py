@@ -254,7 +254,7 @@ def test_trainer_options_on_cpu(workspace, tmp_path):
     """bf16 autocast, gradient checkpointing through the patched attention, line-by-line
     examples (padded batches), epoch-based evaluation and saving."""
     out = tmp_path / "opts"
-    metrics = run(workspace, out, "--do_train", "--do_eval", "--use_cpu", "--bf16", "--gradient_checkpointing",
+    metrics = run(workspace, out, "--do_train", "--do_eval", "--use_cpu", "--bf16", "--activation_checkpointing",
                   "--line_by_line",
                   "--num_train_epochs", "1", "--max_train_samples", "24", "--per_device_train_batch_size", "6",
                   "--eval_strategy", "epoch", "--save_strategy", "epoch")  # fmt: skip
@@ -300,6 +300,7 @@ def test_recipes_name_only_known_flags(name, tmp_path, monkeypatch):
             os.makedirs(os.path.dirname(recipe[key]), exist_ok=True)
             with open(recipe[key], "w") as f:
                 f.write('{"text": "A line."}\n')
+        os.makedirs(recipe["model_name_or_path"])  # convert_to_long's output (a missing folder is an error)
         model_args, data_args, training_args = parse_arguments(types, [os.path.join(RECIPES, name)])
         assert data_args.max_seq_length == recipe["max_seq_length"] and training_args.max_steps == recipe["max_steps"]
         assert model_args.attn_impl == recipe.get("attn_impl")

@@ -2,6 +2,7 @@
 and under `accelerate launch` with configs/accelerate/cpu-2proc.yaml; the real MiniLM checkpoint
 stretched to 1024 tokens trains through the command-line scripts."""
 
+import os
 import shutil
 
 import pytest
@@ -15,6 +16,7 @@ from training_fixtures import (
 )
 
 from hf_efficient_attn.data.minilm import minilm_path
+from hf_efficient_attn.training.driver import COMPLETE_MARKER
 
 pytestmark = pytest.mark.slow
 
@@ -39,6 +41,9 @@ def test_two_processes_equal_one(tmp_path):
     run_script(train_args(model, train, validation, tmp_path / "one", 8))
     run_on_two_processes(lambda output_dir: train_args(model, train, validation, output_dir, 4), str(tmp_path))
 
+    for name in ("two", "accelerate"):  # the final checkpoint: every process's RNG state, then the marker
+        checkpoint = tmp_path / name / "checkpoint-8"
+        assert {"rng_state_0.pth", "rng_state_1.pth", COMPLETE_MARKER} <= set(os.listdir(checkpoint)), name
     one_losses = logged_losses(tmp_path / "one")
     one = read_json(tmp_path / "one", "all_results.json")
     for other in ("two", "accelerate"):

@@ -402,9 +402,10 @@ def test_trainer_options_on_cpu(workspace, tmp_path):
     """The recipes' options: bf16 autocast, gradient checkpointing through the patched attention,
     per-epoch evaluation and saving; and chunks padded to --max_seq_length, at most 3 per example."""
     out = tmp_path / "opts"
-    metrics = run(workspace, out, "--do_train", "--do_eval", "--use_cpu", "--bf16", "--gradient_checkpointing",
+    metrics = run(workspace, out, "--do_train", "--do_eval", "--use_cpu", "--bf16", "--activation_checkpointing",
                   "--attn_impl", "mra2", "--num_train_epochs", "1", "--max_train_samples", "8",
-                  "--eval_strategy", "epoch", "--save_strategy", "epoch", "--pad_to_max_length", "--max_chunks", "3")  # fmt: skip
+                  "--eval_strategy", "epoch", "--save_strategy", "epoch", "--pad_to_max_length",
+                  "--max_chunks", "3")  # fmt: skip
     assert math.isfinite(metrics["eval_loss"]) and metrics["epoch"] == 1
     assert os.path.isdir(out / "checkpoint-2")
     assert len([e for e in read(out, "trainer_state.json")["log_history"] if "eval_loss" in e]) == 1
@@ -450,5 +451,6 @@ def test_recipes(name, tmp_path, monkeypatch):
         monkeypatch.chdir(tmp_path)
         train, dev = write_files("outputs/wikihop", train=1, dev=1, with_real=False)
         assert (train, dev) == (recipe["train_file"], recipe["validation_file"])
+        os.makedirs(recipe["model_name_or_path"])  # the earlier recipe's output (a missing folder is an error)
         _, data_args, training_args = parse_arguments(types, [os.path.join(RECIPES, name)])
         assert data_args.max_seq_length == 2048 and training_args.max_steps == recipe["max_steps"]

@@ -34,7 +34,7 @@ def _gensim_test_data(name: str) -> str:
     try:
         from gensim.test.utils import datapath
     except ImportError as err:  # pragma: no cover - exercised only without gensim
-        raise ImportError(
+        raise ModuleNotFoundError(
             "hf_efficient_attn.data.corpus reads the real text bundled with gensim's test data; "
             "install it with `pip install gensim`"
         ) from err

@@ -183,13 +183,71 @@ def training_lines(trainer_state: dict[str, Any] | None) -> list[str]:
     return lines
 
 
+def _is_local(name: str | None) -> bool:
+    return name is None or Path(name).expanduser().exists() or name.startswith((".", "/", "~"))
+
+
+def _data_text(data: dict[str, Any]) -> str:
+    """A stage's data: a Hub dataset by id, local files by name (they are not on the Hub)."""
+    if data.get("dataset_name"):
+        config = data.get("dataset_config_name")
+        hub_id = data["dataset_name"]
+        return f"[`{hub_id}`](https://huggingface.co/datasets/{hub_id})" + (f" (`{config}`)" if config else "")
+    files = ", ".join(f"`{name}`" for name in data.get("files", {}).values())
+    return f"local files ({files}; not on the Hub)"
+
+
+def _evaluation_text(metrics: dict[str, Any]) -> str:
+    shown = [
+        f"{key.removeprefix('eval_').replace('_', ' ')} {value:.4g}"
+        for key, value in metrics.items()
+        if key != "eval_samples" and isinstance(value, (int, float))
+    ]
+    if not shown:
+        return ""
+    where = f" on {metrics['eval_samples']} validation examples" if "eval_samples" in metrics else ""
+    return f"; evaluation{where}: {', '.join(shown)}"
+
+
+def stage_lines(provenance: dict[str, Any]) -> list[str]:
+    """One line per stage of ``provenance.json`` (:mod:`hf_efficient_attn.training.provenance`)."""
+    lines = []
+    for stage in provenance.get("stages", []):
+        if stage.get("stage") == "conversion":
+            source = stage.get("model") if not _is_local(stage.get("model")) else provenance.get("base_model")
+            head = "; a new masked-LM head was initialised" if stage.get("new_head_tensors") else ""
+            lines.append(
+                f"Converted from {f'`{source}`' if source else 'a local checkpoint'} (`{stage.get('script')}`): "
+                f"position table {stage.get('tokens_before')} -> {stage.get('tokens_after')} tokens, attention "
+                f"`{stage.get('attn_impl') or 'exact'}`{head}."
+            )
+            continue
+        lines.append(
+            f"{stage.get('stage', 'training')[:1].upper()}{stage.get('stage', 'training')[1:]} "
+            f"(`{stage.get('script')}`, attention `{stage.get('attn_impl') or 'exact'}`): {stage.get('steps')} steps "
+            f"({stage.get('epochs') or 0:.3g} epochs) of {stage.get('global_batch_size')} examples of up to "
+            f"{stage.get('max_seq_length')} tokens, learning rate {stage.get('learning_rate'):g}, on "
+            f"{_data_text(stage.get('data', {}))}{_evaluation_text(stage.get('eval', {}))}."
+        )
+    return lines
+
+
+def hub_datasets(provenance: dict[str, Any] | None, dataset_name: str | None) -> list[str]:
+    """The Hub dataset ids of the card's ``datasets:``: the stages' Hub datasets and ``dataset_name``
+    (local files are described in the text only)."""
+    names = [stage.get("data", {}).get("dataset_name") for stage in (provenance or {}).get("stages", [])]
+    return list(dict.fromkeys(name for name in [*names, dataset_name] if name))
+
+
 def limitations(model: PreTrainedModel, trained: bool) -> list[str]:
     """What the method does not support, from its class's declared properties."""
     method = _method(model)
     name, length = method.name, max_tokens(model.config)
     lines = [
         "Encoder self-attention only: decoder use, causal masks and cross-attention raise a ValueError.",
-        "The attention matrix is never formed: `output_attentions=True` returns no attention maps, and "
+        "`output_attentions=True` returns the attention probabilities."
+        if name == "softmax"
+        else "The attention matrix is never formed: `output_attentions=True` raises a ValueError, and "
         "attention-probability dropout is not applied.",
         f"Inputs longer than {length} tokens (the position table) raise a ValueError.",
     ]
@@ -230,15 +288,19 @@ def build_model_card(
     model: PreTrainedModel,
     *,
     repo_id: str,
-    base_model: str,
-    license: str,
+    base_model: str | None,
+    license: str | None,
     results_file: str | Path | None = None,
     dataset_name: str | None = None,
     dataset_config_name: str | None = None,
     trainer_state: dict[str, Any] | None = None,
+    provenance: dict[str, Any] | None = None,
     template_path: str | Path = DEFAULT_TEMPLATE,
 ) -> ModelCard:
-    """The README.md of ``model``'s upload (``model`` patched, i.e. ``config.attn_impl`` set)."""
+    """The README.md of ``model``'s upload (``model`` patched, i.e. ``config.attn_impl`` set).
+
+    The training section lists the stages of ``provenance`` (``provenance.json``), else what
+    ``trainer_state`` records; ``base_model`` and ``license`` left None are left out of the card."""
     config = model.config
     auto_class = auto_class_of(model)
     pipeline_tag = PIPELINE_TAGS[auto_class]
@@ -256,9 +318,11 @@ def build_model_card(
         library_name="transformers",
         pipeline_tag=pipeline_tag,
         tags=[PACKAGE, "efficient-attention", config.attn_impl, config.model_type],
-        datasets=[dataset_name] if dataset_name else None,
+        datasets=hub_datasets(provenance, dataset_name) or None,
         eval_results=eval_results(metrics, pipeline_tag or "fill-mask", dataset_name, dataset_config_name) or None,
     )
+    stages = stage_lines(provenance) if provenance else []
+    trained = any(s.get("stage") != "conversion" for s in (provenance or {}).get("stages", [])) or bool(trainer_state)
     method = _method(model)
     return ModelCard.from_template(
         card_data,
@@ -279,12 +343,12 @@ def build_model_card(
         num_heads=config.num_attention_heads,
         max_length=max_tokens(config),
         max_position_embeddings=config.max_position_embeddings,
-        training=training_lines(trainer_state),
+        training=stages or training_lines(trainer_state),
         results=[(metric, split, f"{value:.4g}") for split, metric, value in metrics],
         results_file=Path(results_file).name if results_file else None,
         dataset=f"`{dataset_name}`" + (f" (`{dataset_config_name}`)" if dataset_config_name else "")
         if dataset_name
         else None,
-        limitations=limitations(model, trained=bool(trainer_state)),
+        limitations=limitations(model, trained=trained),
         auto_class=auto_class,
     )

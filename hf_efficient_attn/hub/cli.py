@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import logging
+import sys
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 import hf_efficient_attn as hea
 
-from ..training.args import parse_arguments, parse_attn_config
+from ..training.args import check_model_source, parse_arguments, parse_attn_config
+from .export import prepare_upload
 from .push import push_variant
+
+#: Flags of the upload itself, not of the folder's contents.
+_UPLOAD_ONLY = ("model_dir", "private", "revision", "commit_message", "dry_run")
 
 
 @dataclass
@@ -44,15 +52,15 @@ class PushArguments:
     base_model: str | None = field(
         default=None,
         metadata={
-            "help": "Hub id of the checkpoint the variant was made from; when omitted, the base_model of "
-            "--model_dir's README.md."
+            "help": "Hub id of the checkpoint the variant was made from; when omitted, what --model_dir records "
+            "(provenance.json, written by convert_to_long and the training scripts, else its README.md)."
         },
     )
     license: str | None = field(
         default=None,
         metadata={
-            "help": "The Hub's license identifier, normally the base model's; when omitted, the license of "
-            "--model_dir's README.md."
+            "help": "The Hub's license identifier, normally the base model's; when omitted, what --model_dir "
+            "records (provenance.json, else its README.md)."
         },
     )
     results_file: str | None = field(
@@ -79,13 +87,42 @@ class PushArguments:
         return None if self.attn_config is None else parse_attn_config(self.attn_config)
 
     def __post_init__(self) -> None:
+        check_model_source("model_dir", self.model_dir)
         self.attn_options  # noqa: B018  (validates --attn_config when parsed)
 
 
+def _size(path: Path) -> str:
+    size = path.stat().st_size
+    return f"{size / 1e6:.1f} MB" if size >= 1e5 else f"{size / 1e3:.1f} kB"
+
+
+@contextlib.contextmanager
+def _warnings_on_stderr() -> Iterator[None]:
+    """The hub module's warnings as ``warning: ...`` lines on stderr."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("warning: %(message)s"))
+    hub_logger = logging.getLogger("hf_efficient_attn.hub")
+    hub_logger.addHandler(handler)
+    try:
+        yield
+    finally:
+        hub_logger.removeHandler(handler)
+
+
 def main(argv: Sequence[str] | None = None) -> str:
-    """Parse the flags (or a single ``.json`` file of them) and push; prints and returns the result."""
+    """Parse the flags (or a single ``.json`` file of them) and push, or with ``--dry_run`` write the
+    folder and print the repository and the files a push would upload. Returns the commit URL or
+    the folder. A card field that nothing records is left out with a one-line warning."""
     (args,) = parse_arguments([PushArguments], argv)
     options = {**asdict(args), "attn_config": args.attn_options}
-    result = push_variant(**options)
-    print(f"wrote {result} (nothing uploaded)" if args.dry_run else f"pushed: {result}")
-    return result
+    with _warnings_on_stderr():
+        if args.dry_run is None:
+            url = push_variant(**options)
+            print(f"pushed: {url}")
+            return url
+        folder = Path(args.dry_run)
+        repo_id = prepare_upload(args.model_dir, folder, **{k: v for k, v in options.items() if k not in _UPLOAD_ONLY})
+    print(f"dry run, nothing uploaded: a push would upload these files of {folder} to https://huggingface.co/{repo_id}")
+    for path in sorted(folder.iterdir()):
+        print(f"  {path.name:<32} {_size(path)}")
+    return str(folder)

@@ -8,20 +8,24 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
-from huggingface_hub import ModelCard
 from huggingface_hub.utils import validate_repo_id
 from transformers import AutoConfig, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 import hf_efficient_attn as hea
 
 from ..long import max_tokens
+from ..training.args import check_model_source
+from ..training.provenance import read_provenance, source_record
 from .card import build_model_card
 from .remote_code import auto_class_for, write_remote_code
 
 TRAINER_STATE = "trainer_state.json"
+
+logger = logging.getLogger("hf_efficient_attn.hub")
 
 
 def variant_name(base_model: str, attn_impl: str, max_length: int, task: str | None = None) -> str:
@@ -31,8 +35,14 @@ def variant_name(base_model: str, attn_impl: str, max_length: int, task: str | N
     return "-".join(parts)
 
 
-def resolve_repo_id(repo_id: str, default_name: str) -> str:
-    """``user/name`` as given; a bare namespace (``user`` or an organisation) gets ``default_name``."""
+def resolve_repo_id(repo_id: str, default_name: str | None) -> str:
+    """``user/name`` as given; a bare namespace (``user`` or an organisation) gets ``default_name``
+    (``ValueError`` when there is none)."""
+    if "/" not in repo_id and default_name is None:
+        raise ValueError(
+            f"--repo_id {repo_id!r} is a namespace only, and without a base model the repository cannot be named "
+            f"<base>-<method>-<length>: give --repo_id {repo_id}/NAME or --base_model"
+        )
     full = repo_id if "/" in repo_id else f"{repo_id}/{default_name}"
     validate_repo_id(full)  # HFValidationError (a ValueError) naming what is allowed
     return full
@@ -76,33 +86,20 @@ def load_tokenizer(source: str, vocab_size: int) -> PreTrainedTokenizerBase:
     return tokenizer
 
 
-def _readme_metadata(model_dir: str) -> dict[str, Any]:
-    readme = Path(model_dir) / "README.md"
-    return ModelCard.load(readme, ignore_metadata_errors=True).data.to_dict() if readme.is_file() else {}
+def resolve_card_fields(model_dir: str, base_model: str | None, license: str | None) -> tuple[str | None, str | None]:
+    """``base_model`` and ``license`` as given, else what ``model_dir`` records (its
+    ``provenance.json``, else its README.md; for a Hub id, the id and its card's license); None
+    where nothing tells (the card leaves the field out)."""
+    recorded = source_record(model_dir)
+    return base_model or recorded["base_model"], license or recorded["license"]
 
 
-def resolve_base_model(model_dir: str, base_model: str | None) -> str:
-    """``base_model`` as given, else the ``base_model`` of ``model_dir``'s README.md (Trainer writes
-    it), else ``model_dir`` itself when it is a Hub id rather than a local folder."""
-    found = base_model or _readme_metadata(model_dir).get("base_model")
-    if isinstance(found, list):
-        found = found[0]
-    if not found and not Path(model_dir).exists():
-        found = model_dir
-    if not found:
-        raise ValueError(f"cannot tell which Hub checkpoint {model_dir} was converted from; pass --base_model")
-    return found
-
-
-def resolve_license(model_dir: str, license: str | None) -> str:
-    """``license`` as given, else the one in ``model_dir``'s README.md; never guessed."""
-    found = license or _readme_metadata(model_dir).get("license")
-    if not found:
-        raise ValueError(
-            f"no license recorded in {model_dir}; pass --license with the base model's license identifier "
-            "(e.g. apache-2.0 or mit; see https://huggingface.co/docs/hub/repositories-licenses)"
-        )
-    return found
+def warn_unknown_fields(model_dir: str, base_model: str | None, license: str | None) -> None:
+    """One warning per card field left out, naming the flag that sets it."""
+    if base_model is None:
+        logger.warning(f"{model_dir} records no base model: the card names none (set it with --base_model)")
+    if license is None:
+        logger.warning(f"{model_dir} records no license: the card states none (set it with --license, e.g. apache-2.0)")
 
 
 def find_trainer_state(*folders: str | Path | None) -> dict[str, Any] | None:
@@ -119,12 +116,13 @@ def export_variant(
     folder: str | Path,
     *,
     repo_id: str,
-    base_model: str,
-    license: str,
+    base_model: str | None,
+    license: str | None,
     results_file: str | Path | None = None,
     dataset_name: str | None = None,
     dataset_config_name: str | None = None,
     trainer_state: dict[str, Any] | None = None,
+    provenance: dict[str, Any] | None = None,
 ) -> Path:
     """Write the upload folder of ``model`` (patched) into ``folder`` (new or empty)."""
     folder = Path(folder)
@@ -139,6 +137,7 @@ def export_variant(
         dataset_name=dataset_name,
         dataset_config_name=dataset_config_name,
         trainer_state=trainer_state,
+        provenance=provenance,
     )
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
@@ -165,14 +164,19 @@ def prepare_upload(
 ) -> str:
     """Load the variant of ``model_dir`` and write its upload folder; returns the full repo id.
 
-    The card's training section reads ``trainer_state.json`` from ``model_dir`` (or from the
-    folder of ``results_file``) when there is one.
+    The card's training section reads ``provenance.json`` (every stage) and ``trainer_state.json``
+    from ``model_dir`` (or from the folder of ``results_file``) when there are some.
     """
-    base_model = resolve_base_model(model_dir, base_model)
-    license = resolve_license(model_dir, license)
+    check_model_source("model_dir", model_dir)
+    base_model, license = resolve_card_fields(model_dir, base_model, license)
+    if "/" not in repo_id and base_model is None:
+        resolve_repo_id(repo_id, None)  # the error, before the model is loaded
+    warn_unknown_fields(model_dir, base_model, license)
     model = load_variant(model_dir, attn_impl, attn_config)
     tokenizer = load_tokenizer(tokenizer_name or model_dir, model.config.vocab_size)
-    default_name = variant_name(base_model, model.config.attn_impl, max_tokens(model.config), dataset_config_name)
+    default_name = None
+    if base_model is not None:
+        default_name = variant_name(base_model, model.config.attn_impl, max_tokens(model.config), dataset_config_name)
     repo_id = resolve_repo_id(repo_id, default_name)
     results_dir = Path(results_file).parent if results_file else None
     local_dir = model_dir if Path(model_dir).exists() else None
@@ -187,5 +191,6 @@ def prepare_upload(
         dataset_name=dataset_name,
         dataset_config_name=dataset_config_name,
         trainer_state=find_trainer_state(local_dir, results_dir),
+        provenance=read_provenance(local_dir),
     )
     return repo_id

@@ -1,3 +1,4 @@
-"""Training with Trainer: shared arguments and driver pieces (``args``, ``data``, ``driver``,
-``loss``, ``masking``, ``metrics``, ``adapters`` for LoRA), the masked-LM pretraining run
-(``mlm``) and GLUE fine-tuning (``glue``)."""
+"""Training with Trainer: shared arguments and driver pieces (``args``, ``data``, ``driver`` with
+the crash-safe checkpoints, ``loss``, ``masking``, ``metrics``, ``adapters`` for LoRA,
+``provenance`` for the model card), masked-LM pretraining (``mlm``), GLUE fine-tuning (``glue``)
+and WikiHop fine-tuning (``wikihop``)."""

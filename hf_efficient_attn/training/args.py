@@ -8,12 +8,15 @@ argument is the whole configuration, as in the examples.
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
 import json
 import os
 import sys
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Sequence
 
+from huggingface_hub.utils import validate_repo_id
 from transformers import HfArgumentParser
 
 from ..registry import list_methods, resolve_options
@@ -43,6 +46,27 @@ def check_positive_flags(arguments: Any, *flags: str) -> None:
         value = getattr(arguments, flag)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
             raise ValueError(f"--{flag} must be a positive integer, got {value!r}")
+
+
+def check_model_source(flag: str, name: str | None) -> None:
+    """``ValueError`` for a ``--flag`` model that is neither a local folder nor possibly a Hub id:
+    a file, or a missing path that is written as one (``./x``, ``/x``, ``~/x``, ``a/b/c``, or ``a/b``
+    where the folder ``a`` exists). Other names are left to ``from_pretrained`` (the Hub)."""
+    if name is None or os.path.isdir(name):
+        return
+    if os.path.exists(name):
+        raise ValueError(f"--{flag} {name!r} is a file; give a model folder or a Hub model id")
+    parent = os.path.dirname(name.rstrip("/"))
+    if name.startswith((".", "/", "~")) or (parent and os.path.isdir(parent)) or not _is_hub_id(name):
+        raise ValueError(f"--{flag} {name!r}: no such folder (and not a Hub model id)")
+
+
+def _is_hub_id(name: str) -> bool:
+    try:
+        validate_repo_id(name)
+    except ValueError:  # HFValidationError
+        return False
+    return True
 
 
 @dataclass
@@ -87,6 +111,8 @@ class ModelArguments:
     )
 
     def __post_init__(self) -> None:
+        for flag in ("model_name_or_path", "config_name", "tokenizer_name"):
+            check_model_source(flag, getattr(self, flag))
         if self.attn_impl is not None:
             resolve_options(self.attn_impl, self.attn_options)  # unknown method/option -> ValueError
         elif self.attn_config is not None:
@@ -139,11 +165,14 @@ class DataArguments:
     overwrite_cache: bool = field(default=False, metadata={"help": "Recompute cached tokenised datasets."})
 
     def __post_init__(self) -> None:
-        if self.dataset_name is None and self.train_file is None and self.validation_file is None:
+        local = (self.train_file, self.validation_file, getattr(self, "test_file", None))  # GLUE has a test file
+        if self.dataset_name is None and not any(local):
             raise ValueError("give a dataset: --dataset_name NAME, or --train_file / --validation_file")
         for flag in ("train_file", "validation_file"):
             check_data_file(flag, getattr(self, flag), self.file_extensions)
-        check_positive_flags(self, "max_seq_length", "max_train_samples", "max_eval_samples", "preprocessing_num_workers")
+        check_positive_flags(
+            self, "max_seq_length", "max_train_samples", "max_eval_samples", "preprocessing_num_workers"
+        )
 
 
 def check_data_file(flag: str, path: str | None, extensions: Sequence[str]) -> None:
@@ -163,10 +192,53 @@ def parse_arguments(dataclass_types: Sequence[type], argv: Sequence[str] | None 
     """Parse the command line (``argv``, default ``sys.argv[1:]``) into the dataclasses.
 
     A single argument ending in ``.json`` is read as the whole configuration (its keys are the
-    flag names), as in Transformers' examples; unknown keys are an error.
+    flag names), as in Transformers' examples. An unknown flag or key (with the closest flag), a
+    missing required key and a file that is not a JSON object raise ``ValueError``, before any
+    dataclass checks its values.
     """
     parser = HfArgumentParser(dataclass_types)
     argv = list(sys.argv[1:] if argv is None else argv)
     if len(argv) == 1 and argv[0].endswith(".json"):
-        return parser.parse_json_file(json_file=os.path.abspath(argv[0]))
+        return parser.parse_dict(read_json_configuration(argv[0], dataclass_types))
+    _, unknown = parser.parse_known_args(args=argv)
+    if unknown:
+        flags = [f"--{f.name}" for cls in dataclass_types for f in dataclasses.fields(cls) if f.init]
+        first = unknown[0]
+        if not first.startswith("-"):
+            raise ValueError(f"unexpected argument {first!r}: every value follows its flag (see --help)")
+        raise ValueError(f"unknown flag {first.split('=')[0]}{did_you_mean(first.split('=')[0], flags)} (see --help)")
     return parser.parse_args_into_dataclasses(args=argv)
+
+
+def did_you_mean(name: str, allowed: Sequence[str]) -> str:
+    """`` (did you mean X?)`` for the closest of ``allowed``, or nothing."""
+    close = difflib.get_close_matches(name, allowed, n=1)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
+def read_json_configuration(path: str, dataclass_types: Sequence[type]) -> dict[str, Any]:
+    """The flags of a ``.json`` configuration file, checked against the dataclasses' fields."""
+    if not os.path.isfile(path):
+        raise ValueError(f"configuration file {path!r}: no such file")
+    try:
+        with open(path, encoding="utf-8") as f:
+            values = json.load(f)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"configuration file {path!r} is not valid JSON: {err}") from None
+    if not isinstance(values, dict):
+        raise ValueError(f"configuration file {path!r} must hold a JSON object of flag names and values")
+    fields = [f for cls in dataclass_types for f in dataclasses.fields(cls) if f.init]
+    names = [f.name for f in fields]
+    unknown = [key for key in values if key not in names]
+    if unknown:
+        raise ValueError(
+            f"configuration file {path!r}: unknown key {unknown[0]!r}{did_you_mean(unknown[0], names)}; "
+            "its keys are the script's flag names"
+        )
+    required = [
+        f.name for f in fields if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    ]
+    missing = [name for name in required if name not in values]
+    if missing:
+        raise ValueError(f"configuration file {path!r} lacks the required key {missing[0]!r}")
+    return values

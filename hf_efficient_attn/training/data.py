@@ -13,6 +13,7 @@ from typing import Any, ContextManager, Mapping
 
 import pyarrow
 from datasets import Dataset, DatasetDict, load_dataset
+from datasets.exceptions import DatasetGenerationError
 from transformers import PreTrainedTokenizerBase
 
 #: ``load_dataset`` builder for each local file extension.
@@ -31,16 +32,17 @@ def load_raw_datasets(
     cache_dir: str | None = None,
     token: str | None = None,
     extra_files: Mapping[str, str | None] | None = None,
+    validation_needed: bool = True,
 ) -> DatasetDict:
     """``train`` / ``validation`` splits (and those of ``extra_files``, split name -> local file,
     e.g. ``{"test": path}``) from a Hub dataset or local files; each local file is read on its
     own, so a test file may lack the label column. Without a validation split, the first
     ``validation_split_percentage`` % of the training rows become it (as in ``run_mlm.py``);
-    ``None`` carves none."""
+    ``None`` carves none, and so does a training set too small to give one row unless
+    ``validation_needed`` (then it is a ``ValueError`` saying how to give one)."""
     hub = {"cache_dir": cache_dir, "token": token}
     if dataset_name is not None:
-        source, per_split = dataset_name, {"train": {"name": dataset_config_name, **hub}}
-        raw = load_dataset(source, name=dataset_config_name, **hub)
+        raw = load_dataset(dataset_name, name=dataset_config_name, **hub)
     else:
         named = {"train": train_file, "validation": validation_file, **(extra_files or {})}
         files = {split: path for split, path in named.items() if path}
@@ -49,25 +51,45 @@ def load_raw_datasets(
             flags = ", ".join(f"--{split}_file" for split in files)
             raise ValueError(f"{flags} must have the same format, got {sorted(extensions)}")
         extension = extensions.pop()
-        source, options = BUILDERS[extension], READ_OPTIONS.get(extension, {})
-        per_split = {split: {"data_files": {split: path}, **options, **hub} for split, path in files.items()}
-        raw = DatasetDict({split: load_dataset(source, split=split, **kwargs) for split, kwargs in per_split.items()})
+        raw = DatasetDict(
+            {split: read_local_file(split, path, BUILDERS[extension], READ_OPTIONS.get(extension, {}), hub)
+             for split, path in files.items()}
+        )  # fmt: skip
     if "validation" not in raw and "train" in raw and validation_split_percentage is not None:
-        if not 0 < validation_split_percentage < 100:
-            raise ValueError(
-                "--validation_split_percentage must be in 1..99 to carve a validation split, "
-                f"got {validation_split_percentage}"
-            )
-        kwargs = per_split["train"]
-        raw["validation"] = load_dataset(source, split=f"train[:{validation_split_percentage}%]", **kwargs)
-        raw["train"] = load_dataset(source, split=f"train[{validation_split_percentage}%:]", **kwargs)
+        carved = carve_validation(raw["train"], validation_split_percentage, validation_needed)
+        if carved is not None:
+            raw["train"], raw["validation"] = carved
     for split, rows in raw.items():
         if len(rows) == 0:
-            raise ValueError(
-                f"the {split} split is empty"
-                + (" (raise --validation_split_percentage or give --validation_file)" if split == "validation" else "")
-            )
+            raise ValueError(f"the {split} split is empty")
     return raw
+
+
+def read_local_file(split: str, path: str, builder: str, options: dict[str, Any], hub: dict[str, Any]) -> Dataset:
+    """One local file as a split; ``ValueError`` naming the file when ``datasets`` cannot parse it."""
+    try:
+        return load_dataset(builder, data_files={split: path}, split=split, **options, **hub)
+    except DatasetGenerationError as err:
+        cause = err.__cause__ or err
+        raise ValueError(f"--{split}_file {path!r} cannot be read as {builder}: {cause}") from None
+
+
+def carve_validation(train: Dataset, percentage: int, needed: bool = True) -> tuple[Dataset, Dataset] | None:
+    """(the rest of ``train``, its first ``percentage`` %, rounded to whole rows); None when that
+    is no row and the split is not ``needed``."""
+    if not 0 < percentage < 100:
+        raise ValueError(
+            f"--validation_split_percentage must be in 1..99 to carve a validation split, got {percentage}"
+        )
+    count = round(len(train) * percentage / 100)
+    if count == 0:
+        if not needed:
+            return None
+        raise ValueError(
+            f"the training data has {len(train)} rows, too few to carve {percentage}% of them for validation: "
+            "give --validation_file FILE (or raise --validation_split_percentage)"
+        )
+    return train.select(range(count, len(train))), train.select(range(count))
 
 
 def text_column(dataset: Dataset, name: str | None = None) -> str:

@@ -1,6 +1,6 @@
-"""Fine-tuning on GLUE with Trainer (``scripts/finetune_glue.py``): the downstream step of
-seed 003 (Table 1/8: MNLI after swapping the attention), with the flags and output files of
-Transformers' ``run_glue.py``.
+"""Fine-tuning on GLUE with Trainer (``scripts/finetune_glue.py``): the downstream step of the MRA
+paper (Zeng et al., ICML 2022, Tables 1 and 8: MNLI after swapping the attention), with the flags
+and output files of Transformers' ``run_glue.py``.
 
 Differences from ``run_glue.py``, each for a reason: the metrics are computed offline with
 scikit-learn / scipy (:mod:`.metrics`; ``evaluate.load("glue")`` needs the Hub); a GLUE task
@@ -27,6 +27,7 @@ from transformers import (
     DataCollatorWithPadding,
     PreTrainedTokenizerBase,
     Trainer,
+    TrainerCallback,
     TrainingArguments,
     default_data_collator,
 )
@@ -37,9 +38,13 @@ from .adapters import PeftArguments, apply_lora
 from .args import DataArguments, ModelArguments, check_data_file, check_positive_flags, parse_arguments
 from .data import first_rows, load_raw_datasets, mean_length
 from .driver import (
+    CrashSafeTrainer,
+    check_run,
     evaluate_and_save,
+    load_config,
     load_model,
     load_tokenizer,
+    record_stage,
     require_splits,
     start_run,
     summary_line,
@@ -47,7 +52,7 @@ from .driver import (
 )
 from .loss import global_mean_loss
 from .metrics import SCORE_NAMES, SequenceClassificationMetrics
-from .mlm import block_length
+from .mlm import block_length, check_max_seq_length
 
 logger = logging.getLogger("hf_efficient_attn.training")
 
@@ -285,18 +290,37 @@ def write_predictions(
             f.write(f"{index}\t{label}\n")
 
 
+def check_labelled(raw: DatasetDict, task: GlueTask | None, training_args: TrainingArguments) -> None:
+    """Before any model is loaded: every split has the task's text columns, and those that
+    ``--do_train`` / ``--do_eval`` read have a ``label`` column (a test file may lack it)."""
+    labelled = {"train": training_args.do_train, "validation": training_args.do_eval,
+                "validation_mismatched": training_args.do_eval}  # fmt: skip
+    for split, rows in raw.items():
+        text_columns(task, rows.column_names, split)
+        if labelled.get(split) and "label" not in rows.column_names:
+            flag = "--do_train" if split == "train" else "--do_eval"
+            raise ValueError(
+                f"the {split} data has no 'label' column (its columns are {rows.column_names}); {flag} needs one"
+            )
+
+
 def run_glue(
     model_args: ModelArguments,
     data_args: GlueDataArguments,
     peft_args: PeftArguments,
     training_args: TrainingArguments,
+    callbacks: Sequence[TrainerCallback] = (),
 ) -> dict:
-    """Tokenise, fine-tune, evaluate, predict and save as ``run_glue.py``; returns all metrics."""
+    """Tokenise, fine-tune, evaluate, predict and save as ``run_glue.py``; returns all metrics.
+    ``callbacks`` are added to the Trainer's."""
+    check_run(training_args, stages=("do_train", "do_eval", "do_predict"))
+    check_max_seq_length(data_args.max_seq_length, max_tokens(load_config(model_args)))
     checkpoint = start_run(training_args)
 
     raw = load_glue_splits(data_args, model_args.cache_dir, model_args.token)
     require_splits(raw, training_args, include_test=True)
     task = GLUE_TASKS[data_args.task_name] if data_args.task_name else None
+    check_labelled(raw, task, training_args)
     names = label_names_of(task, raw.get("train"))
     regression = names is None
 
@@ -339,7 +363,7 @@ def run_glue(
     else:
         multiple = 8 if training_args.fp16 or training_args.bf16 else None
         collator = DataCollatorWithPadding(tokenizer, pad_to_multiple_of=multiple)
-    trainer = Trainer(
+    trainer = CrashSafeTrainer(
         model=model,
         args=training_args,
         train_dataset=train_set,
@@ -348,6 +372,7 @@ def run_glue(
         data_collator=collator,
         compute_loss_func=global_mean_loss,
         compute_metrics=SequenceClassificationMetrics(metric, regression),
+        callbacks=list(callbacks),
     )
 
     train_metrics = eval_metrics = None
@@ -358,6 +383,9 @@ def run_glue(
         eval_metrics = evaluate_and_save(trainer, len(eval_sets[""]), other_sets=others)
     if training_args.do_predict:
         predict_and_save(trainer, raw, tokenized, data_args, names, task)
+    if train_metrics is not None:
+        stage = f"GLUE {data_args.task_name.upper()} fine-tuning" if task else "sequence-classification fine-tuning"
+        record_stage(trainer, model_args, data_args, stage, "finetune_glue.py", max_length, train_metrics, eval_metrics)
 
     scores = SCORE_NAMES[metric]
     main_score = "combined_score" if len(scores) > 1 else scores[0]
@@ -426,6 +454,7 @@ def write_offline_sample(name: str, output_dir: str, validation_every: int = 4) 
     return {split: len(rows) for split, rows in splits.items()}
 
 
-def main(argv: Sequence[str] | None = None) -> dict:
+def main(argv: Sequence[str] | None = None, callbacks: Sequence[TrainerCallback] = ()) -> dict:
     """Command line of ``scripts/finetune_glue.py``."""
-    return run_glue(*parse_arguments((ModelArguments, GlueDataArguments, PeftArguments, TrainingArguments), argv))
+    arguments = parse_arguments((ModelArguments, GlueDataArguments, PeftArguments, TrainingArguments), argv)
+    return run_glue(*arguments, callbacks)

@@ -1,5 +1,6 @@
 """Continued masked-language-model pretraining with Trainer (``scripts/pretrain_mlm.py``): the
-recovery step of seed 003, section 5.2 after stretching a checkpoint with ``convert_to_long``.
+recovery step of the MRA paper (Zeng et al., ICML 2022, section 5.2) after stretching a checkpoint
+with ``convert_to_long``.
 
 Differences from Transformers' ``run_mlm.py``, each for a reason: masks come from
 :mod:`.masking` (exact resume, fixed validation masks), the loss from :mod:`.loss` (same loss
@@ -16,7 +17,7 @@ from typing import Sequence
 from transformers import (
     DataCollatorForLanguageModeling,
     DataCollatorForTokenClassification,
-    Trainer,
+    TrainerCallback,
     TrainingArguments,
 )
 
@@ -25,9 +26,13 @@ from ..long import max_tokens
 from .args import DataArguments, ModelArguments, parse_arguments
 from .data import first_rows, load_raw_datasets, mean_length, text_column, tokenize_in_blocks, tokenize_lines
 from .driver import (
+    CrashSafeTrainer,
+    check_run,
     evaluate_and_save,
+    load_config,
     load_model,
     load_tokenizer,
+    record_stage,
     require_splits,
     start_run,
     summary_line,
@@ -65,34 +70,44 @@ class MLMDataArguments(DataArguments):
             raise ValueError(f"--mlm_probability must be between 0 and 1, got {self.mlm_probability}")
 
 
+def check_max_seq_length(max_seq_length: int | None, model_limit: int) -> None:
+    """``ValueError`` when ``--max_seq_length`` exceeds the model's position table."""
+    if max_seq_length is not None and max_seq_length > model_limit:
+        raise ValueError(
+            f"--max_seq_length {max_seq_length} exceeds the model's position table ({model_limit} tokens); "
+            f"stretch the checkpoint first: scripts/convert_to_long.py --max_length {max_seq_length}"
+        )
+
+
 def block_length(data_args: MLMDataArguments, tokenizer_limit: int, model_limit: int) -> int:
     """``--max_seq_length``, or the tokenizer's limit capped by the model's position table;
     ``ValueError`` when it exceeds the table."""
-    if data_args.max_seq_length is None:
-        return min(tokenizer_limit, model_limit)
-    if data_args.max_seq_length > model_limit:
-        raise ValueError(
-            f"--max_seq_length {data_args.max_seq_length} exceeds the model's position table ({model_limit} tokens); "
-            f"stretch the checkpoint first: scripts/convert_to_long.py --max_length {data_args.max_seq_length}"
-        )
-    return data_args.max_seq_length
+    check_max_seq_length(data_args.max_seq_length, model_limit)
+    return data_args.max_seq_length or min(tokenizer_limit, model_limit)
 
 
-def run_mlm(model_args: ModelArguments, data_args: MLMDataArguments, training_args: TrainingArguments) -> dict:
-    """Tokenise, train, evaluate and save as ``run_mlm.py``; returns all metrics."""
+def run_mlm(
+    model_args: ModelArguments,
+    data_args: MLMDataArguments,
+    training_args: TrainingArguments,
+    callbacks: Sequence[TrainerCallback] = (),
+) -> dict:
+    """Tokenise, train, evaluate and save as ``run_mlm.py``; returns all metrics. ``callbacks`` are
+    added to the Trainer's."""
+    check_run(training_args)
     if training_args.dataloader_persistent_workers and training_args.dataloader_num_workers > 0:
         raise ValueError(
             "--dataloader_persistent_workers keeps each worker's copy of the training set, so the masks would not "
             "change between epochs; leave it off"
         )
+    model_limit = max_tokens(load_config(model_args))
+    check_max_seq_length(data_args.max_seq_length, model_limit)
     checkpoint = start_run(training_args)
 
     tokenizer = load_tokenizer(model_args)
-    model = load_model(model_args, AutoModelForMaskedLM)
     if tokenizer.mask_token is None:
         raise ValueError(f"the tokenizer of {model_args.model_name_or_path} has no mask token; MLM needs one")
-    seq_len = block_length(data_args, tokenizer.model_max_length, max_tokens(model.config))
-
+    seq_len = block_length(data_args, tokenizer.model_max_length, model_limit)
     raw = load_raw_datasets(
         data_args.dataset_name,
         data_args.dataset_config_name,
@@ -101,6 +116,7 @@ def run_mlm(model_args: ModelArguments, data_args: MLMDataArguments, training_ar
         data_args.validation_split_percentage,
         cache_dir=model_args.cache_dir,
         token=model_args.token,
+        validation_needed=training_args.do_eval,
     )
     require_splits(raw, training_args)
     column = text_column(raw["train" if training_args.do_train else "validation"], data_args.text_column_name)
@@ -117,6 +133,7 @@ def run_mlm(model_args: ModelArguments, data_args: MLMDataArguments, training_ar
     train_examples = first_rows(tokenized["train"], data_args.max_train_samples) if training_args.do_train else None
     eval_examples = first_rows(tokenized["validation"], data_args.max_eval_samples) if training_args.do_eval else None
 
+    model = load_model(model_args, AutoModelForMaskedLM)
     masker = DataCollatorForLanguageModeling(tokenizer, mlm_probability=data_args.mlm_probability)
     mask_seed = training_args.data_seed if training_args.data_seed is not None else training_args.seed
     train_set = eval_set = None
@@ -124,7 +141,7 @@ def run_mlm(model_args: ModelArguments, data_args: MLMDataArguments, training_ar
         train_set = DeterministicallyMaskedDataset(train_examples, masker, mask_seed)
     if eval_examples is not None:
         eval_set = DeterministicallyMaskedDataset(eval_examples, masker, data_args.eval_mask_seed)
-    trainer = Trainer(
+    trainer = CrashSafeTrainer(
         model=model,
         args=training_args,
         train_dataset=train_set,
@@ -135,7 +152,7 @@ def run_mlm(model_args: ModelArguments, data_args: MLMDataArguments, training_ar
         compute_loss_func=global_mean_loss,
         compute_metrics=masked_token_accuracy if eval_set is not None else None,
         preprocess_logits_for_metrics=predicted_tokens if eval_set is not None else None,
-        callbacks=[MaskingEpochCallback(train_set)] if train_set is not None else None,
+        callbacks=[*([MaskingEpochCallback(train_set)] if train_set is not None else []), *callbacks],
     )
 
     train_metrics = eval_metrics = None
@@ -143,6 +160,9 @@ def run_mlm(model_args: ModelArguments, data_args: MLMDataArguments, training_ar
         train_metrics = train_and_save(trainer, checkpoint, len(train_set))
     if eval_set is not None:
         eval_metrics = evaluate_and_save(trainer, len(eval_set), with_perplexity=True)
+    if train_metrics is not None:
+        record_stage(trainer, model_args, data_args, "masked-LM pretraining", "pretrain_mlm.py", seq_len,
+                     train_metrics, eval_metrics)  # fmt: skip
     line = summary_line(
         model, train_metrics, mean_length(train_examples), eval_metrics, metric_label="masked-token accuracy"
     )
@@ -151,6 +171,6 @@ def run_mlm(model_args: ModelArguments, data_args: MLMDataArguments, training_ar
     return {**(train_metrics or {}), **(eval_metrics or {})}
 
 
-def main(argv: Sequence[str] | None = None) -> dict:
+def main(argv: Sequence[str] | None = None, callbacks: Sequence[TrainerCallback] = ()) -> dict:
     """Command line of ``scripts/pretrain_mlm.py``."""
-    return run_mlm(*parse_arguments((ModelArguments, MLMDataArguments, TrainingArguments), argv))
+    return run_mlm(*parse_arguments((ModelArguments, MLMDataArguments, TrainingArguments), argv), callbacks)

@@ -1,6 +1,6 @@
 """Fine-tuning on WikiHop with Trainer (``scripts/finetune_wikihop.py``): the multi-hop reading
-task of the Longformer paper (Beltagy et al. 2020, section 6) that seed 003 fine-tunes its
-4096-token MRA-2 RoBERTa on (Table 8: batch 32, lr 5e-5, 15 epochs).
+task of the Longformer paper (Beltagy et al. 2020, section 6) that the MRA paper (Zeng et al., ICML
+2022) fine-tunes its 4096-token MRA-2 RoBERTa on (Table 8: batch 32, lr 5e-5, 15 epochs).
 
 The model is :class:`~hf_efficient_attn.candidate_scoring.AutoModelForCandidateScoring` with the
 checkpoint's (or ``--attn_impl``'s) attention; the inputs are built by
@@ -23,23 +23,27 @@ from typing import ClassVar
 
 import numpy as np
 from datasets import DatasetDict
-from transformers import EvalPrediction, Trainer, TrainingArguments
+from transformers import EvalPrediction, TrainerCallback, TrainingArguments
 
 from ..candidate_scoring import AutoModelForCandidateScoring
 from ..long import max_tokens
 from .args import DataArguments, ModelArguments, check_positive_flags, parse_arguments
 from .data import first_rows, mean_length
 from .driver import (
+    CrashSafeTrainer,
+    check_run,
     evaluate_and_save,
+    load_config,
     load_model,
     load_tokenizer,
+    record_stage,
     require_splits,
     start_run,
     summary_line,
     train_and_save,
 )
 from .loss import global_mean_loss
-from .mlm import block_length
+from .mlm import block_length, check_max_seq_length
 from .wikihop_data import ChunkCollator, ChunkEncoder, add_markers, encode_splits, fit_embeddings_to, load_qangaroo
 
 logger = logging.getLogger("hf_efficient_attn.training")
@@ -112,24 +116,23 @@ def write_predictions(
     return predictions
 
 
-def run_wikihop(model_args: ModelArguments, data_args: WikiHopDataArguments, training_args: TrainingArguments) -> dict:
-    """Tokenise, train, evaluate and save; returns all metrics."""
+def run_wikihop(
+    model_args: ModelArguments,
+    data_args: WikiHopDataArguments,
+    training_args: TrainingArguments,
+    callbacks: Sequence[TrainerCallback] = (),
+) -> dict:
+    """Tokenise, train, evaluate and save; returns all metrics. ``callbacks`` are added to the
+    Trainer's."""
     if training_args.do_predict:
         raise ValueError(
             "--do_predict is not supported: WikiHop's test answers are hidden; --do_eval on a file writes "
             f"{PREDICTIONS_FILE} for its examples"
         )
+    check_run(training_args)
+    model_limit = max_tokens(load_config(model_args))
+    check_max_seq_length(data_args.max_seq_length, model_limit)
     checkpoint = start_run(training_args)
-
-    tokenizer = load_tokenizer(model_args)
-    added = add_markers(tokenizer)
-    model = load_model(model_args, AutoModelForCandidateScoring)
-    grown = fit_embeddings_to(model, tokenizer)
-    if added or grown:
-        logger.info(
-            f"added {added} marker tokens to the tokenizer and {grown} embedding rows (at the mean) to the model"
-        )
-    max_length = block_length(data_args, tokenizer.model_max_length, max_tokens(model.config))
 
     raw = load_qangaroo(
         data_args.dataset_name,
@@ -143,6 +146,10 @@ def run_wikihop(model_args: ModelArguments, data_args: WikiHopDataArguments, tra
     limits = {"train": data_args.max_train_samples, "validation": data_args.max_eval_samples}
     wanted = {"train": training_args.do_train, "validation": training_args.do_eval}
     raw = DatasetDict({split: first_rows(raw[split], limits[split]) for split in raw if wanted[split]})
+
+    tokenizer = load_tokenizer(model_args)
+    added = add_markers(tokenizer)
+    max_length = block_length(data_args, tokenizer.model_max_length, model_limit)
     encoded = encode_splits(
         raw,
         ChunkEncoder(tokenizer, max_length, data_args.max_chunks),
@@ -150,9 +157,15 @@ def run_wikihop(model_args: ModelArguments, data_args: WikiHopDataArguments, tra
         load_from_cache_file=not data_args.overwrite_cache,
         main_process_first=training_args.main_process_first(desc="tokenising"),
     )
+    model = load_model(model_args, AutoModelForCandidateScoring)
+    grown = fit_embeddings_to(model, tokenizer)
+    if added or grown:
+        logger.info(
+            f"added {added} marker tokens to the tokenizer and {grown} embedding rows (at the mean) to the model"
+        )
     train_set, eval_set = encoded.get("train"), encoded.get("validation")
     accuracy = CandidateAccuracy([len(c) for c in raw["validation"]["candidates"]]) if eval_set is not None else None
-    trainer = Trainer(
+    trainer = CrashSafeTrainer(
         model=model,
         args=training_args,
         train_dataset=train_set,
@@ -161,6 +174,7 @@ def run_wikihop(model_args: ModelArguments, data_args: WikiHopDataArguments, tra
         data_collator=ChunkCollator(tokenizer.pad_token_id, max_length if data_args.pad_to_max_length else None),
         compute_loss_func=global_mean_loss,
         compute_metrics=accuracy,
+        callbacks=list(callbacks),
     )
 
     train_metrics = eval_metrics = None
@@ -172,12 +186,15 @@ def run_wikihop(model_args: ModelArguments, data_args: WikiHopDataArguments, tra
             path = os.path.join(training_args.output_dir, PREDICTIONS_FILE)
             write_predictions(path, raw["validation"]["id"], raw["validation"]["candidates"], accuracy.predicted)
             logger.info(f"wrote {path}")
+    if train_metrics is not None:
+        record_stage(trainer, model_args, data_args, "WikiHop fine-tuning", "finetune_wikihop.py", max_length,
+                     train_metrics, eval_metrics)  # fmt: skip
     line = summary_line(model, train_metrics, mean_length(train_set), eval_metrics, metric_label="accuracy")
     if trainer.is_world_process_zero():
         print(line)
     return {**(train_metrics or {}), **(eval_metrics or {})}
 
 
-def main(argv: Sequence[str] | None = None) -> dict:
+def main(argv: Sequence[str] | None = None, callbacks: Sequence[TrainerCallback] = ()) -> dict:
     """Command line of ``scripts/finetune_wikihop.py``."""
-    return run_wikihop(*parse_arguments((ModelArguments, WikiHopDataArguments, TrainingArguments), argv))
+    return run_wikihop(*parse_arguments((ModelArguments, WikiHopDataArguments, TrainingArguments), argv), callbacks)

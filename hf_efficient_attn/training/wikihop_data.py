@@ -16,6 +16,8 @@ import contextlib
 from dataclasses import dataclass
 from typing import Any
 
+import pyarrow
+import pyarrow.compute
 import torch
 from datasets import DatasetDict, load_dataset
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -60,6 +62,14 @@ def load_qangaroo(
             )
         if len(rows) == 0:
             raise ValueError(f"the {split} split is empty")
+        supports = rows.data.column("supports")  # Arrow: the document counts without reading the texts
+        empty = pyarrow.compute.equal(pyarrow.compute.list_value_length(supports), 0)
+        if pyarrow.compute.any(empty).as_py():
+            example_id = rows[pyarrow.compute.index(empty, True).as_py()]["id"]
+            raise ValueError(
+                f"the {split} data's example {example_id!r} has no supporting documents ('supports' is empty); "
+                "every WikiHop example needs at least one"
+            )
     return DatasetDict({split: rows.select_columns(list(QANGAROO_COLUMNS)) for split, rows in raw.items()})
 
 

@@ -1,0 +1,107 @@
+"""Every folder of a convert -> pretrain -> fine-tune chain records where it came from
+(``provenance.json``), so that ``push_to_hub.py --model_dir D --repo_id R --dry_run OUT`` needs
+nothing else, and the card it writes is true: every stage (MLM included), Hub dataset ids only in
+``datasets:``, the base model and license of the checkpoint the chain started from."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from glue_fixtures import write_task_files
+from huggingface_hub import ModelCard
+from training_fixtures import save_tiny_mlm, write_news_files
+
+import hf_efficient_attn as hea
+from hf_efficient_attn.cli_errors import run_cli
+from hf_efficient_attn.convert import convert_to_long
+from hf_efficient_attn.hub import cli
+from hf_efficient_attn.hub.card import hub_datasets
+from hf_efficient_attn.training import glue, mlm
+from hf_efficient_attn.training.provenance import read_provenance
+
+BASE = "google-bert/bert-base-uncased"
+COMMON = ["--max_steps", "2", "--per_device_train_batch_size", "8", "--max_seq_length", "64", "--report_to", "none",
+          "--disable_tqdm", "true", "--do_train", "--do_eval", "--max_eval_samples", "8"]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def chain(tmp_path_factory):
+    """A tiny checkpoint whose card names its license (as a Hub download's does), converted with
+    --base_model, pretrained on local text, fine-tuned on local CoLA-layout files."""
+    root = tmp_path_factory.mktemp("chain")
+    source = save_tiny_mlm(str(root / "source"))
+    (root / "source" / "README.md").write_text("---\nlicense: mit\n---\n# a checkpoint\n")
+    convert_to_long(source, 128, "mra2", {"block_size": 16}, output_dir=str(root / "long"), base_model=BASE)
+    train, validation = write_news_files(str(root))
+    mlm.main(["--model_name_or_path", str(root / "long"), "--train_file", train, "--validation_file", validation,
+              "--output_dir", str(root / "mlm"), *COMMON])  # fmt: skip
+    cola = write_task_files(str(root / "cola"), "cola")
+    glue.main(["--model_name_or_path", str(root / "mlm"), "--task_name", "cola", "--train_file", cola["train"],
+               "--validation_file", cola["validation"], "--output_dir", str(root / "glue"), *COMMON])  # fmt: skip
+    return root
+
+
+def test_each_folder_records_its_stages(chain):
+    records = {name: read_provenance(chain / name) for name in ("long", "mlm", "glue")}
+    for record in records.values():
+        assert (record["base_model"], record["license"]) == (BASE, "mit")
+    assert [s["stage"] for s in records["glue"]["stages"]] == ["conversion", "masked-LM pretraining",
+                                                               "GLUE COLA fine-tuning"]  # fmt: skip
+    assert records["mlm"]["stages"] == records["glue"]["stages"][:2]  # each stage extends its source's record
+    pretraining = records["glue"]["stages"][1]
+    results = json.loads((chain / "mlm" / "all_results.json").read_text())
+    assert pretraining["data"] == {"files": {"train_file": "train.txt", "validation_file": "validation.txt"}}
+    assert (pretraining["steps"], pretraining["global_batch_size"], pretraining["max_seq_length"]) == (2, 8, 64)
+    assert pretraining["eval"]["eval_accuracy"] == results["eval_accuracy"]
+    assert pretraining["eval"]["perplexity"] == results["perplexity"]
+
+
+def test_push_with_only_the_folder_the_repo_and_the_dry_run(chain, tmp_path, capsys):
+    out = tmp_path / "upload"
+    run_cli(cli.main, ["--model_dir", str(chain / "glue"), "--repo_id", "me/tiny-cola", "--dry_run", str(out)])
+    captured = capsys.readouterr()
+    assert "warning" not in captured.err  # base model and license were recorded
+    assert "https://huggingface.co/me/tiny-cola" in captured.out
+    for name in ("README.md", "config.json", "model.safetensors", "modeling_efficient_attn.py"):
+        assert f"  {name} " in captured.out
+
+    card = ModelCard.load(out / "README.md")
+    assert (card.data.base_model, card.data.license) == (BASE, "mit")
+    assert card.data.datasets is None  # local files only: no Hub dataset id to list
+    assert "Converted from `google-bert/bert-base-uncased`" in card.text
+    assert "Masked-LM pretraining (`pretrain_mlm.py`, attention `mra2`): 2 steps" in card.text
+    assert "GLUE COLA fine-tuning (`finetune_glue.py`" in card.text
+    assert "local files (`train.txt`, `validation.txt`; not on the Hub)" in card.text
+    accuracy = json.loads((chain / "mlm" / "all_results.json").read_text())["eval_accuracy"]
+    assert f"accuracy {accuracy:.4g}" in card.text
+    assert "`output_attentions=True` raises a ValueError" in card.text
+    assert "newly initialised" not in card.text  # trained
+
+
+def test_push_of_a_folder_that_records_nothing_warns_once_per_field(tmp_path, capsys):
+    model = hea.patch_model(hea.AutoModelForMaskedLM.from_pretrained(save_tiny_mlm(str(tmp_path / "plain"))), "vmean")
+    model.save_pretrained(tmp_path / "variant")
+    from training_fixtures import small_tokenizer
+
+    small_tokenizer().save_pretrained(tmp_path / "variant")
+    run_cli(cli.main, ["--model_dir", str(tmp_path / "variant"), "--repo_id", "me/x", "--dry_run",
+                       str(tmp_path / "up")])  # fmt: skip
+    warnings = [line for line in capsys.readouterr().err.splitlines() if "warning" in line.lower()]
+    assert len(warnings) == 2 and all(line.startswith("warning: ") for line in warnings), warnings
+    assert "--base_model" in warnings[0] and "--license" in warnings[1]
+    card = ModelCard.load(tmp_path / "up" / "README.md")
+    assert card.data.base_model is None and card.data.license is None
+    assert "A bert model with its self-attention replaced by **vmean**" in card.text
+    assert "No training is recorded" in card.text
+
+
+def test_datasets_lists_hub_ids_only():
+    record = {"stages": [
+        {"stage": "conversion"},
+        {"stage": "masked-LM pretraining", "data": {"files": {"train_file": "train.txt"}}},
+        {"stage": "GLUE SST2 fine-tuning", "data": {"dataset_name": "nyu-mll/glue", "dataset_config_name": "sst2"}},
+    ]}  # fmt: skip
+    assert hub_datasets(record, None) == ["nyu-mll/glue"]
+    assert hub_datasets(record, "nyu-mll/glue") == ["nyu-mll/glue"]
+    assert hub_datasets(None, "stanfordnlp/imdb") == ["stanfordnlp/imdb"]
