@@ -346,17 +346,21 @@ def test_block_sparse_attention_gradcheck():
 # ----------------------------------------------------------------------------- flex backend
 
 
-def test_flex_matches_gather():
+def test_flex_matches_gather_also_inside_a_compiled_graph():
     """One small case, mra2 only (mra2_s's graph is the same minus the virtual keys): compiling
-    FlexAttention takes 5-25 s (cold inductor cache)."""
+    FlexAttention takes 5-25 s (cold inductor cache). Inside torch.compile on CPU, flex runs
+    outside the graph (module docstring) with the same kernel."""
     q, k, v = qkv(batch=2, heads=2, seq=200, dim=16, dtype=torch.float32)
     mask = torch.ones(2, 200, dtype=torch.bool)
     mask[1, 130:] = False
     options = dict(heads=2, dim=16, block_per_row=2, initial_prior_diagonal_n_blocks=1)
+    flex_method = make("mra2", backend="flex", **options)
     with torch.no_grad():
-        flex = make("mra2", backend="flex", **options)(q, k, v, mask)
+        flex = flex_method(q, k, v, mask)
+        compiled = torch.compile(flex_method, backend="eager")(q, k, v, mask)
     gather = make("mra2", backend="gather", **options)(q, k, v, mask)
     torch.testing.assert_close(flex, gather, atol=2e-6, rtol=1e-5)
+    torch.testing.assert_close(compiled, flex, atol=0, rtol=0)
 
 
 @pytest.mark.slow

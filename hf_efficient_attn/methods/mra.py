@@ -83,8 +83,9 @@ a custom operator (:mod:`.block_sparse`), so ``torch.compile`` traces a whole mo
 and to at least two blocks (:func:`padded_blocks`), so that one graph serves every length
 (dynamic shapes). ``torch.export`` and ONNX export (inference) run
 :func:`.block_sparse.static_block_sparse_attention` instead of the custom operator, for both
-backends. Under ``torch.compile``, ``flex`` calls ``flex_attention`` in the outer graph; on CPU,
-Inductor cannot compile that graph (torch 2.13), so ``flex`` raises there: use ``gather``.
+backends. Under ``torch.compile`` on CUDA, ``flex`` calls ``flex_attention`` in the outer graph
+(untested here); on CPU, Inductor cannot compile it there (torch 2.13), so it runs outside the
+graph with its own compiled kernel (graph breaks around it; ``gather`` has none).
 """
 
 from __future__ import annotations
@@ -352,11 +353,16 @@ def flex_mra_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, real: 
     # (untested here: Triton tiles are powers of two >= 16, so other block sizes may not compile).
     options = {"BLOCK_M": block_size, "BLOCK_N": block_size} if q.device.type == "cuda" else None
     arguments = dict(score_mod=score_mod, block_mask=block_mask, scale=scaling, kernel_options=options)
-    if torch.compiler.is_compiling():  # inside an outer compiled graph: compiled with it
+    if torch.compiler.is_compiling():  # inside an outer compiled graph (CUDA only): compiled with it
         return flex_attention(q, k, v, **arguments)
     # Private dynamo config (no public setter for the recompile limit): scoped to this call only.
     with torch._dynamo.config.patch(recompile_limit=FLEX_RECOMPILE_LIMIT):
         return _flex()(q, k, v, **arguments)
+
+
+#: :func:`flex_mra_attention` run eagerly, with its own compiled kernel, also from a compiled graph
+#: (a graph break there).
+flex_mra_attention_outside_graphs = torch.compiler.disable(flex_mra_attention)
 
 
 # ----------------------------------------------------------------------------- methods
@@ -379,12 +385,6 @@ class _MraBase(AttentionMethod):
             raise ValueError(
                 f"{self.name}: backend='flex' has no backward on {q.device.type} (compiled FlexAttention is "
                 "inference-only there); use backend='gather' or 'auto', or run under torch.no_grad()"
-            )
-        if torch.compiler.is_compiling() and q.device.type != "cuda":
-            raise ValueError(
-                f"{self.name}: backend='flex' cannot run inside torch.compile on {q.device.type} (Inductor's CPU "
-                "FlexAttention template fails on mask tensors computed in the same graph, torch 2.13); use "
-                "backend='gather' or 'auto' (the same results), or run flex without torch.compile"
             )
         return True
 
@@ -415,7 +415,10 @@ class _MraBase(AttentionMethod):
             low_out, low_lse = low_resolution_attention(stats, selected, scaling)
         if use_flex:
             q, k, v = (t.flatten(2, 3) for t in (q, k, v))
-            out = flex_mra_attention(q, k, v, real, selected, bs, scaling, low_out, low_lse)
+            # On CPU, Inductor cannot compile flex_attention inside an outer graph (torch 2.13: its CPU
+            # template fails on mask tensors computed in the same graph), so there it runs outside it.
+            flex = flex_mra_attention if q.device.type == "cuda" else flex_mra_attention_outside_graphs
+            out = flex(q, k, v, real, selected, bs, scaling, low_out, low_lse)
         else:
             out = block_sparse_attention(q, k, v, selected, scaling, real, low_out, low_lse).flatten(2, 3)
         # Slice only what was padded: a slice's backward allocates and fills a full-size gradient.
