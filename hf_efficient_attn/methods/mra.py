@@ -266,10 +266,8 @@ class LowResolutionAttention(torch.autograd.Function):
         grads = [torch.empty_like(t) for t in flat[:3]]
         # A few (batch, head) slices at a time, so that the recomputed (nb x nb) tensors of a few
         # slices only are alive (all of them would be the peak of MRA-2's backward at long lengths).
-        # A traced backward takes all at once: a slice count would tie the graph to the length. (Dynamo
-        # traces it with is_tracing() True, then AOTAutograd with symbolic sizes and is_tracing() False.)
-        traced = is_tracing() or isinstance(nb, torch.SymInt)
-        step = batch * heads if traced else max(1, LOW_RESOLUTION_SLICE_ELEMENTS // nb**2)
+        # A traced backward takes all at once: a slice count would tie the graph to the length.
+        step = batch * heads if is_tracing() else max(1, LOW_RESOLUTION_SLICE_ELEMENTS // nb**2)
         for s in (slice(i, i + step) for i in range(0, batch * heads, step)):
             mean_q, mean_k, mean_v, g_out, out_s = (t[s] for t in flat)
             probs, _ = LowResolutionAttention._probs(
