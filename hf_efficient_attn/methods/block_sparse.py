@@ -49,9 +49,10 @@ import torch
 #: fastest on CPU (fwd+bwd at 4096 and 16384 tokens); on CUDA bigger chunks mean fewer launches.
 CHUNK_BLOCKS = {"cpu": 256, "cuda": 4096}
 
-#: Namespace of this module's custom operators. Remote code ships a copy of this module beside a
-#: model (``hub/remote_code.py``), which can be imported next to the installed package, and an
-#: operator name can be registered only once per process: so the namespace is the module's name.
+#: Namespace of this module's custom operators: the module's name. Remote code ships a copy of this
+#: module beside a model (``hub/remote_code.py``), which can be imported next to the installed
+#: package; under the same operator names its registration would silently replace the package's
+#: operators (torch 2.13), with the copy's code, possibly from another version.
 OP_NAMESPACE = re.sub(r"\W", "_", __name__)
 
 
