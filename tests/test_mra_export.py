@@ -53,7 +53,17 @@ def test_method_takes_the_same_values_when_exporting(name, inputs, monkeypatch):
     mask = padding_mask(3, 150, [150, 70, 0])  # full, internal + key padding, padding only
     eager = method(q, k, v, mask)
     monkeypatch.setattr(torch.compiler, "is_exporting", lambda: True)
+    pair_lists = []
+
+    def static_formulation(q, *args):
+        pair_lists.append((args[-1], q.shape[2]))  # (max_pairs, nb)
+        return static(q, *args)
+
+    static = block_sparse.static_block_sparse_attention
+    monkeypatch.setattr(block_sparse, "static_block_sparse_attention", static_formulation)
     torch.testing.assert_close(method(q, k, v, mask), eager, atol=1e-12, rtol=1e-10)
+    # The pair list holds block_per_row x nb pairs (the largest budget), O(n), not all nb^2 pairs.
+    assert [max_pairs for max_pairs, nb in pair_lists] == [2 * nb for _, nb in pair_lists]
 
 
 class MethodModule(torch.nn.Module):

@@ -418,7 +418,8 @@ class _MraBase(AttentionMethod):
             flex = flex_mra_attention if q.device.type == "cuda" else flex_mra_attention_outside_graphs
             out = flex(q, k, v, real, selected, bs, scaling, low_out, low_lse)
         else:
-            out = block_sparse_attention(q, k, v, selected, scaling, real, low_out, low_lse).flatten(2, 3)
+            out = block_sparse_attention(q, k, v, selected, scaling, real, low_out, low_lse,
+                                         max_pairs=max_budget(nb, opts.block_per_row)).flatten(2, 3)
         # Slice only what was padded: a slice's backward allocates and fills a full-size gradient.
         return out if out.shape[2] == length else out[:, :, :length]
 
