@@ -2,6 +2,8 @@
 block selection, padding, gradients and the flex backend."""
 
 import math
+import types
+from pathlib import Path
 
 import pytest
 import torch
@@ -343,20 +345,42 @@ def test_block_sparse_attention_gradcheck():
     assert torch.autograd.gradcheck(fn, inputs, eps=1e-6, atol=1e-7)
 
 
+def test_a_second_copy_of_the_module_keeps_its_own_operators():
+    """Remote code ships a copy of block_sparse.py beside a model (hub/remote_code.py), imported
+    under another name in a process that may hold the package too, and possibly from another
+    version. Registering its custom operators must not replace the package's (a second
+    registration under the same name silently would): here the copy's kernel is altered."""
+    q, k, v, selected, bs, scaling, key_real, extra_value, extra_score = block_sparse_case(True)
+    blocks = [t.unflatten(2, (-1, bs)) for t in (q, k, v)]
+    args = (*blocks, selected, scaling, key_real, extra_value, extra_score)
+    expected = block_sparse.block_sparse_attention(*args)
+    source = Path(block_sparse.__file__).read_text()
+    altered = source.replace("    return out.view(shape), lse.view(shape[:-1])", "    return 2 * out.view(shape), lse.view(shape[:-1])")
+    assert altered != source
+    copy = types.ModuleType("shipped_model.hea_methods_block_sparse")
+    exec(compile(altered, "hea_methods_block_sparse.py", "exec"), copy.__dict__)
+    torch.testing.assert_close(block_sparse.block_sparse_attention(*args), expected, atol=0, rtol=0)
+    torch.testing.assert_close(copy.block_sparse_attention(*args), 2 * expected, atol=0, rtol=0)
+
+
 # ----------------------------------------------------------------------------- flex backend
 
 
-def test_flex_matches_gather():
+def test_flex_matches_gather_also_inside_a_compiled_graph():
     """One small case, mra2 only (mra2_s's graph is the same minus the virtual keys): compiling
-    FlexAttention takes 5-25 s (cold inductor cache)."""
+    FlexAttention takes 5-25 s (cold inductor cache). Inside torch.compile on CPU, flex runs
+    outside the graph (module docstring) with the same kernel."""
     q, k, v = qkv(batch=2, heads=2, seq=200, dim=16, dtype=torch.float32)
     mask = torch.ones(2, 200, dtype=torch.bool)
     mask[1, 130:] = False
     options = dict(heads=2, dim=16, block_per_row=2, initial_prior_diagonal_n_blocks=1)
+    flex_method = make("mra2", backend="flex", **options)
     with torch.no_grad():
-        flex = make("mra2", backend="flex", **options)(q, k, v, mask)
+        flex = flex_method(q, k, v, mask)
+        compiled = torch.compile(flex_method, backend="eager")(q, k, v, mask)
     gather = make("mra2", backend="gather", **options)(q, k, v, mask)
     torch.testing.assert_close(flex, gather, atol=2e-6, rtol=1e-5)
+    torch.testing.assert_close(compiled, flex, atol=0, rtol=0)
 
 
 @pytest.mark.slow

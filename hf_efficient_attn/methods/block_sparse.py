@@ -1,10 +1,11 @@
 """Block-sparse softmax attention over a list of selected (query block, key block) pairs.
 
-The exact part of MRA-2 (seed 003, Alg. 2 at resolution 1): every query block x attends, by exact
-softmax, to the keys of its selected key blocks S_x, and optionally to one extra key per query
-block with a given value and score. MRA-2 passes its low-resolution part as that extra key: value
-= the low-resolution output of x, score = its log-sum-exp, so the softmax over [exact scores,
-extra score] is exactly the log-sum-exp merge of the two parts (Alg. 2, eq. 14).
+The exact part of MRA-2 (Zeng et al., "Multi Resolution Analysis (MRA) for Approximate
+Self-Attention", ICML 2022; Alg. 2 at resolution 1): every query block x attends, by exact softmax,
+to the keys of its selected key blocks S_x, and optionally to one extra key per query block with a
+given value and score. MRA-2 passes its low-resolution part as that extra key: value = the
+low-resolution output of x, score = its log-sum-exp, so the softmax over [exact scores, extra score]
+is exactly the log-sum-exp merge of the two parts (Alg. 2, eq. 14).
 
 Computation (flash attention's scheme, in plain PyTorch so that one code runs on CPU and CUDA):
 
@@ -18,27 +19,41 @@ Computation (flash attention's scheme, in plain PyTorch so that one code runs on
   overall, instead of the gathered blocks and probabilities of every pair.
 - Backward, key block-major (FlashAttention-2's dK/dV loop): key blocks are grouped by the number
   of query blocks that selected them, so a key block's dK and dV are each one ``bmm`` over the
-  rows of all its query blocks, written once; only dQ is accumulated (``index_add_``). The
-  query block-major backward accumulated both dK and dV and was 7% slower on CPU (4096 tokens).
+  rows of all its query blocks, written once; only dQ is accumulated (``index_add_``); measured
+  faster on CPU than the query block-major backward, which accumulates dK and dV too.
 
 The ``bmm``/``index_select``/``index_add_`` formulation is written by hand because no library
 kernel takes a ragged list of key blocks per query block with a backward on CPU: PyTorch's
 FlexAttention has no compiled CPU backward (torch 2.13) and SDPA takes dense masks only.
+
+Compilation and export. The grouping is data-dependent (``nonzero``, group sizes read on the
+host), so the forward and the backward are custom operators (``torch.library.custom_op``), linked
+by ``register_autograd``: ``torch.compile`` sees each as one opaque node with known output shapes
+and runs the same eager kernel inside the compiled graph, without graph breaks and without tracing
+the loops. An exported program (``torch.export``, ONNX) must consist of standard operators, so
+under export :func:`static_block_sparse_attention` runs instead: the same attention with static
+shapes only (inference). It is not used everywhere because it gathers a fixed list of block pairs,
+padded to the largest budget, and computes every pair's scores at once (no chunks), which costs
+more time and memory than the grouped kernel.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from typing import NamedTuple
 
 import torch
-from torch.autograd.function import once_differentiable
 
-#: Partner blocks gathered per chunk (b = 32, d = 64, fp32: 256 KiB per 32 blocks). On CPU 256 was
-#: fastest (fwd+bwd at 4096 / 16384 tokens, 2 threads: 32 -> 127 / -, 64 -> 104 / 505, 128 -> 96 /
-#: 471, 256 -> 89 / 430, 512 -> 99 / 441 ms; with the key block-major backward 128 and 512 are 2%
-#: and 4% slower than 256 at 4096); on CUDA bigger chunks mean fewer launches.
+#: Partner blocks gathered per chunk (b = 32, d = 64, fp32: 256 KiB per 32 blocks): 256 measured
+#: fastest on CPU (fwd+bwd at 4096 and 16384 tokens); on CUDA bigger chunks mean fewer launches.
 CHUNK_BLOCKS = {"cpu": 256, "cuda": 4096}
+
+#: Namespace of this module's custom operators: the module's name. Remote code ships a copy of this
+#: module beside a model (``hub/remote_code.py``), which can be imported next to the installed
+#: package; under the same operator names its registration would silently replace the package's
+#: operators (torch 2.13), with the copy's code, possibly from another version.
+OP_NAMESPACE = re.sub(r"\W", "_", __name__)
 
 
 def chunk_size_for(device: torch.device) -> int:
@@ -87,103 +102,195 @@ def plan_blocks(selected: torch.Tensor, chunk_blocks: int) -> BlockPlan:
     return BlockPlan(chunks, empty, selected.shape[1], nb)
 
 
+def _padded_keys(key_real: torch.Tensor | None, block_size: int) -> torch.Tensor | None:
+    """(B * nb, b) True for padded keys, or None when no key is padded (then no masking at all)."""
+    if key_real is None or bool(key_real.all()):  # host read: inside the operators only
+        return None
+    return ~key_real.reshape(-1, block_size)
+
+
 def _key_padding(key_padding: torch.Tensor, plan: BlockPlan, keys: torch.Tensor) -> torch.Tensor:
     """(len(keys), b) True for the padded keys of key blocks ``keys``: id (batch, head, y) -> (batch, y)."""
     return key_padding.index_select(0, keys // (plan.heads * plan.blocks) * plan.blocks + keys % plan.blocks)
 
 
-class BlockSparseAttention(torch.autograd.Function):
-    """softmax over [selected key blocks, one extra key] per query block; see the module docstring.
+# The custom operators' arguments: q, k, v are blocks (B, H, nb, b, d), viewed inside as (R, b, d)
+# with R = B * H * nb; ``key_real`` (B, nb * b) or None; ``extra_value`` (B, H, nb, d) and
+# ``extra_score`` (B, H, nb) in q's dtype, or None; ``selected`` bool (B, H, nb, nb).
 
-    q, k, v are blocks (B, H, nb, b, d), viewed inside as (R, b, d) with R = B * H * nb;
-    ``key_padding`` (B * nb, b) or None; ``extra_value`` (R, d) and ``extra_score`` (R,) or None;
-    ``selected`` (B, H, nb, nb) and its query block-major ``plan``. Returns the output as blocks
-    (B, H, nb, b, d)."""
 
-    @staticmethod
-    def forward(ctx, q, k, v, key_padding, extra_value, extra_score, selected, plan: BlockPlan, scaling: float):
-        shape = q.shape
-        q, k, v = (t.reshape(-1, *shape[-2:]) for t in (q, k, v))
-        rows, b, d = q.shape
-        out = q.new_empty(rows, b, d)
-        lse = q.new_empty(rows, b)
-        no_bias = q.new_zeros(())
-        for chunk in plan.chunks:
-            g, c, queries, keys = chunk.rows.numel(), chunk.count, chunk.rows, chunk.partners
-            # S^T = scaling * K Q^T, (G, c * b, b), keys on dim 1: in this orientation both bmm take
-            # contiguous or cheaply transposed operands (5% faster on CPU); the scaling rides on the bmm.
-            scores = torch.baddbmm(no_bias, k.index_select(0, keys).view(g, c * b, d),
-                                   q.index_select(0, queries).transpose(1, 2), beta=0, alpha=scaling)
-            if key_padding is not None:
-                scores.masked_fill_(_key_padding(key_padding, plan, keys).view(g, c * b, 1), -math.inf)
-            row_max = scores.amax(1)  # finite: every selected block holds a real key
-            if extra_score is not None:
-                extra = extra_score.index_select(0, queries)[:, None]
-                row_max = torch.maximum(row_max, extra)
-            probs = scores.sub_(row_max[:, None, :]).exp_()
-            total = probs.sum(1)
-            result = torch.bmm(probs.transpose(1, 2), v.index_select(0, keys).view(g, c * b, d))
-            if extra_score is not None:
-                extra_weight = torch.exp(extra - row_max)
-                total += extra_weight
-                result.addcmul_(extra_weight[..., None], extra_value.index_select(0, queries)[:, None, :])
-            out.index_copy_(0, queries, result.div_(total[..., None]))
-            lse.index_copy_(0, queries, total.log_().add_(row_max))
-        empty = plan.empty_rows
-        if extra_score is not None:  # the extra key alone
-            out.index_copy_(0, empty, extra_value.index_select(0, empty)[:, None, :].expand(-1, b, -1))
-            lse.index_copy_(0, empty, extra_score.index_select(0, empty)[:, None].expand(-1, b))
-        else:
-            out.index_fill_(0, empty, 0.0)
-            lse.index_fill_(0, empty, -math.inf)
-        ctx.save_for_backward(q, k, v, key_padding, extra_value, extra_score, out, lse, selected)
-        ctx.scaling, ctx.shape = scaling, shape
-        return out.view(shape)
+@torch.library.custom_op(f"{OP_NAMESPACE}::block_sparse_forward", mutates_args=())
+def block_sparse_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_real: torch.Tensor | None,
+                         extra_value: torch.Tensor | None, extra_score: torch.Tensor | None, selected: torch.Tensor,
+                         scaling: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """softmax over [selected key blocks, one extra key] per query block (module docstring):
+    the output as blocks (B, H, nb, b, d) and the per-row log-sum-exp (B, H, nb, b)."""
+    shape = q.shape
+    plan = plan_blocks(selected, chunk_size_for(q.device))
+    q, k, v = (t.reshape(-1, *shape[-2:]) for t in (q, k, v))
+    rows, b, d = q.shape
+    key_padding = _padded_keys(key_real, b)
+    if extra_score is not None:
+        extra_value, extra_score = extra_value.reshape(rows, d), extra_score.reshape(rows)
+    out = q.new_empty(rows, b, d)
+    lse = q.new_empty(rows, b)
+    no_bias = q.new_zeros(())
+    for chunk in plan.chunks:
+        g, c, queries, keys = chunk.rows.numel(), chunk.count, chunk.rows, chunk.partners
+        # S^T = scaling * K Q^T, (G, c * b, b), keys on dim 1: in this orientation both bmm take
+        # contiguous or cheaply transposed operands (faster on CPU); the scaling rides on the bmm.
+        scores = torch.baddbmm(no_bias, k.index_select(0, keys).view(g, c * b, d),
+                               q.index_select(0, queries).transpose(1, 2), beta=0, alpha=scaling)
+        if key_padding is not None:
+            scores.masked_fill_(_key_padding(key_padding, plan, keys).view(g, c * b, 1), -math.inf)
+        row_max = scores.amax(1)  # finite: every selected block holds a real key
+        if extra_score is not None:
+            extra = extra_score.index_select(0, queries)[:, None]
+            row_max = torch.maximum(row_max, extra)
+        probs = scores.sub_(row_max[:, None, :]).exp_()
+        total = probs.sum(1)
+        result = torch.bmm(probs.transpose(1, 2), v.index_select(0, keys).view(g, c * b, d))
+        if extra_score is not None:
+            extra_weight = torch.exp(extra - row_max)
+            total += extra_weight
+            result.addcmul_(extra_weight[..., None], extra_value.index_select(0, queries)[:, None, :])
+        out.index_copy_(0, queries, result.div_(total[..., None]))
+        lse.index_copy_(0, queries, total.log_().add_(row_max))
+    empty = plan.empty_rows
+    if extra_score is not None:  # the extra key alone
+        out.index_copy_(0, empty, extra_value.index_select(0, empty)[:, None, :].expand(-1, b, -1))
+        lse.index_copy_(0, empty, extra_score.index_select(0, empty)[:, None].expand(-1, b))
+    else:
+        out.index_fill_(0, empty, 0.0)
+        lse.index_fill_(0, empty, -math.inf)
+    return out.view(shape), lse.view(shape[:-1])
 
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, grad_out):
-        q, k, v, key_padding, extra_value, extra_score, out, lse, selected = ctx.saved_tensors
-        scaling, shape = ctx.scaling, ctx.shape
-        grad_out = grad_out.contiguous().view(q.shape)
-        rows, b, d = q.shape
-        delta = torch.bmm(grad_out.view(-1, 1, d), out.view(-1, d, 1)).view(rows, b)  # rowsum(dO * O)
-        neg_lse, neg_scaled_delta = -lse, delta * -scaling
-        # Allocated in the input's shape and returned as is: a plain tensor (not a view) lets autograd
-        # add the block means' gradient into it in place.
-        grads = q.new_zeros(shape), q.new_empty(shape), q.new_empty(shape)
-        grad_q, grad_k, grad_v = (t.view(q.shape) for t in grads)
-        # Key block-major (FlashAttention-2's dK/dV pass): each chunk holds key blocks that are
-        # selected by the same number c of query blocks, so dK and dV of a key block come out of one
-        # bmm each over its c * b query rows and are written once; only dQ is accumulated.
-        plan = plan_blocks(selected.transpose(-1, -2), chunk_size_for(q.device))
-        grad_k.index_fill_(0, plan.empty_rows, 0.0)
-        grad_v.index_fill_(0, plan.empty_rows, 0.0)
-        for chunk in plan.chunks:
-            g, c, keys, queries = chunk.rows.numel(), chunk.count, chunk.rows, chunk.partners
-            q_rows, d_out = (t.index_select(0, queries).view(g, c * b, d) for t in (q, grad_out))
-            k_block, v_block = k.index_select(0, keys), v.index_select(0, keys)
-            # P = exp(scaling * Q K^T - lse), (G, c * b, b); the scaling rides on the bmm (alpha).
-            scores = torch.baddbmm(neg_lse.index_select(0, queries).view(g, c * b, 1), q_rows, k_block.transpose(1, 2),
-                                   alpha=scaling)
-            if key_padding is not None:
-                scores.masked_fill_(_key_padding(key_padding, plan, keys)[:, None, :], -math.inf)
-            probs = scores.exp_()
-            grad_v.index_copy_(0, keys, torch.bmm(probs.transpose(1, 2), d_out))
-            # scaling * dS = scaling * P * (dP - delta), dP = dO V^T: dK = (scaling dS)^T Q, dQ = (scaling dS) K.
-            d_scores = torch.baddbmm(neg_scaled_delta.index_select(0, queries).view(g, c * b, 1), d_out,
-                                     v_block.transpose(1, 2), alpha=scaling).mul_(probs)
-            grad_k.index_copy_(0, keys, torch.bmm(d_scores.transpose(1, 2), q_rows))
-            grad_q.index_add_(0, queries, torch.bmm(d_scores, k_block).view(g * c, b, d))
-        if extra_score is None:
-            return *grads, None, None, None, None, None, None
-        # The extra key of row i has probability p_i = exp(score - lse_i) (0 in rows without any key):
-        # d value = sum_i p_i dO_i; d score = sum_i p_i (dO_i . value - rowsum(dO_i * O_i))
-        # = (d value) . value - sum_i p_i rowsum(dO_i * O_i).
-        extra_prob = torch.exp(extra_score[:, None] - lse).masked_fill_(lse == -math.inf, 0.0)
-        grad_extra_value = torch.bmm(extra_prob[:, None, :], grad_out).squeeze(1)
-        grad_extra_score = (grad_extra_value * extra_value).sum(-1) - (extra_prob * delta).sum(-1)
-        return *grads, None, grad_extra_value, grad_extra_score, None, None, None
+
+@block_sparse_forward.register_fake
+def _(q, k, v, key_real, extra_value, extra_score, selected, scaling):
+    return q.new_empty(q.shape), q.new_empty(q.shape[:-1])
+
+
+@torch.library.custom_op(f"{OP_NAMESPACE}::block_sparse_backward", mutates_args=())
+def block_sparse_backward(grad_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                          key_real: torch.Tensor | None, extra_value: torch.Tensor | None,
+                          extra_score: torch.Tensor | None, selected: torch.Tensor, out: torch.Tensor,
+                          lse: torch.Tensor, scaling: float
+                          ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Gradients of :func:`block_sparse_forward`'s output: (dq, dk, dv, d extra_value,
+    d extra_score); the last two are empty without an extra key."""
+    shape = q.shape
+    q, k, v = (t.reshape(-1, *shape[-2:]) for t in (q, k, v))
+    rows, b, d = q.shape
+    key_padding = _padded_keys(key_real, b)
+    grad_out, out, lse = grad_out.contiguous().view(q.shape), out.view(q.shape), lse.view(rows, b)
+    delta = torch.bmm(grad_out.view(-1, 1, d), out.view(-1, d, 1)).view(rows, b)  # rowsum(dO * O)
+    neg_lse, neg_scaled_delta = -lse, delta * -scaling
+    grads = q.new_zeros(shape), q.new_empty(shape), q.new_empty(shape)
+    grad_q, grad_k, grad_v = (t.view(q.shape) for t in grads)
+    # Key block-major (FlashAttention-2's dK/dV pass): each chunk holds key blocks that are
+    # selected by the same number c of query blocks, so dK and dV of a key block come out of one
+    # bmm each over its c * b query rows and are written once; only dQ is accumulated.
+    plan = plan_blocks(selected.transpose(-1, -2), chunk_size_for(q.device))
+    grad_k.index_fill_(0, plan.empty_rows, 0.0)
+    grad_v.index_fill_(0, plan.empty_rows, 0.0)
+    for chunk in plan.chunks:
+        g, c, keys, queries = chunk.rows.numel(), chunk.count, chunk.rows, chunk.partners
+        q_rows, d_out = (t.index_select(0, queries).view(g, c * b, d) for t in (q, grad_out))
+        k_block, v_block = k.index_select(0, keys), v.index_select(0, keys)
+        # P = exp(scaling * Q K^T - lse), (G, c * b, b); the scaling rides on the bmm (alpha).
+        scores = torch.baddbmm(neg_lse.index_select(0, queries).view(g, c * b, 1), q_rows, k_block.transpose(1, 2),
+                               alpha=scaling)
+        if key_padding is not None:
+            scores.masked_fill_(_key_padding(key_padding, plan, keys)[:, None, :], -math.inf)
+        probs = scores.exp_()
+        grad_v.index_copy_(0, keys, torch.bmm(probs.transpose(1, 2), d_out))
+        # scaling * dS = scaling * P * (dP - delta), dP = dO V^T: dK = (scaling dS)^T Q, dQ = (scaling dS) K.
+        d_scores = torch.baddbmm(neg_scaled_delta.index_select(0, queries).view(g, c * b, 1), d_out,
+                                 v_block.transpose(1, 2), alpha=scaling).mul_(probs)
+        grad_k.index_copy_(0, keys, torch.bmm(d_scores.transpose(1, 2), q_rows))
+        grad_q.index_add_(0, queries, torch.bmm(d_scores, k_block).view(g * c, b, d))
+    if extra_score is None:
+        return *grads, q.new_empty(0), q.new_empty(0)
+    # The extra key of row i has probability p_i = exp(score - lse_i) (0 in rows without any key):
+    # d value = sum_i p_i dO_i; d score = sum_i p_i (dO_i . value - rowsum(dO_i * O_i))
+    # = (d value) . value - sum_i p_i rowsum(dO_i * O_i).
+    extra_prob = torch.exp(extra_score.reshape(rows, 1) - lse).masked_fill_(lse == -math.inf, 0.0)
+    grad_extra_value = torch.bmm(extra_prob[:, None, :], grad_out).view(extra_value.shape)
+    grad_extra_score = (grad_extra_value * extra_value).sum(-1) - (extra_prob * delta).sum(-1).view(extra_score.shape)
+    return *grads, grad_extra_value, grad_extra_score
+
+
+@block_sparse_backward.register_fake
+def _(grad_out, q, k, v, key_real, extra_value, extra_score, selected, out, lse, scaling):
+    extra_grads = (q.new_empty(0), q.new_empty(0)) if extra_score is None else (
+        torch.empty_like(extra_value), torch.empty_like(extra_score))
+    return q.new_empty(q.shape), q.new_empty(q.shape), q.new_empty(q.shape), *extra_grads
+
+
+def _setup_context(ctx, inputs, output):
+    q, k, v, key_real, extra_value, extra_score, selected, scaling = inputs
+    ctx.save_for_backward(q, k, v, key_real, extra_value, extra_score, selected, *output)
+    ctx.scaling = scaling
+
+
+def _backward(ctx, grad_out, grad_lse):
+    # The log-sum-exp stays inside block_sparse_attention: no gradient reaches it.
+    q, k, v, key_real, extra_value, extra_score, selected, out, lse = ctx.saved_tensors
+    grads = block_sparse_backward(grad_out, q, k, v, key_real, extra_value, extra_score, selected, out, lse,
+                                  ctx.scaling)
+    grad_extra = (None, None) if extra_score is None else grads[3:]
+    return *grads[:3], None, *grad_extra, None, None
+
+
+torch.library.register_autograd(block_sparse_forward, _backward, setup_context=_setup_context)
+
+
+def static_block_sparse_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    selected: torch.Tensor,
+    scaling: float,
+    key_real: torch.Tensor | None = None,
+    extra_value: torch.Tensor | None = None,
+    extra_score: torch.Tensor | None = None,
+    max_pairs: int | None = None,
+) -> torch.Tensor:
+    """:func:`block_sparse_attention` with static shapes only (for export; same arguments).
+
+    The selected pairs become a fixed list of ``max_pairs`` pairs per (batch, head) (the top
+    entries of ``selected``; the unselected ones among them are masked out); the query, key and
+    value blocks of every pair are gathered, each pair's scores exponentiated against its query
+    row's maximum over all its pairs and the extra key (``scatter_reduce`` amax), and the pairs'
+    sums and outputs added up per query block (``index_add``)."""
+    batch, heads, nb, b, d = q.shape
+    rows = batch * heads * nb
+    is_selected, pair = selected.flatten(2).to(q.dtype).topk(nb * nb if max_pairs is None else max_pairs, dim=-1)
+    # Block ids in [0, R) of each pair's query and key block (a lookup rather than pair // nb and
+    # pair % nb: the ONNX exporter cannot divide by a symbolic nb).
+    block = torch.arange(nb, device=q.device)
+    first_block = torch.arange(batch * heads, device=q.device).view(batch, heads, 1) * nb
+    queries = (first_block + block[:, None].expand(nb, nb).reshape(-1)[pair]).flatten()
+    keys = (first_block + block.repeat(nb)[pair]).flatten()
+    q_blocks, k_blocks, v_blocks = (t.reshape(rows, b, d).index_select(0, ids)
+                                    for t, ids in ((q, queries), (k, keys), (v, keys)))
+    allowed = (is_selected > 0).flatten()[:, None]  # (pairs, keys of the block)
+    if key_real is not None:
+        key_real = key_real.view(batch, 1, nb, b).expand(batch, heads, nb, b).reshape(rows, b)
+        allowed = allowed & key_real.index_select(0, keys)
+    scores = torch.matmul(q_blocks, k_blocks.transpose(1, 2)).mul(scaling).masked_fill(~allowed[:, None, :], -math.inf)
+    row_max = q.new_full((rows, b), -math.inf) if extra_score is None else extra_score.reshape(rows, 1).expand(rows, b)
+    row_max = row_max.scatter_reduce(0, queries[:, None].expand(-1, b), scores.amax(-1), "amax")
+    row_max = row_max.masked_fill(row_max == -math.inf, 0.0)
+    probs = torch.exp(scores - row_max.index_select(0, queries)[:, :, None])
+    total = q.new_zeros(rows, b).index_add(0, queries, probs.sum(-1))
+    out = q.new_zeros(rows, b, d).index_add(0, queries, torch.matmul(probs, v_blocks))
+    if extra_score is not None:
+        extra_weight = torch.exp(extra_score.reshape(rows, 1) - row_max)
+        total = total + extra_weight
+        out = out + extra_weight[..., None] * extra_value.reshape(rows, 1, d)
+    return (out / torch.where(total > 0, total, 1.0)[..., None]).view(q.shape)
 
 
 def block_sparse_attention(
@@ -195,16 +302,17 @@ def block_sparse_attention(
     key_real: torch.Tensor | None = None,
     extra_value: torch.Tensor | None = None,
     extra_score: torch.Tensor | None = None,
+    max_pairs: int | None = None,
 ) -> torch.Tensor:
-    """Exact softmax attention of q, k, v given as blocks (B, H, nb, b, D) (copied if not
-    contiguous) over the key blocks ``selected`` (bool (B, H, nb, nb)) of each query block, plus,
-    when given, one extra key per query block with value ``extra_value`` (B, H, nb, D) and score
-    ``extra_score`` (B, H, nb). ``key_real`` (B, nb * b) marks real keys (None: all); every
-    selected block must hold one. Rows with neither a selected block nor an extra key are 0.
-    Returns blocks (B, H, nb, b, D)."""
-    batch, heads, nb, block_size, dim = q.shape
-    plan = plan_blocks(selected, chunk_size_for(q.device))
-    key_padding = None if key_real is None or bool(key_real.all()) else ~key_real.reshape(batch * nb, block_size)
+    """Exact softmax attention of q, k, v given as blocks (B, H, nb, b, D) over the key blocks
+    ``selected`` (bool (B, H, nb, nb)) of each query block, plus, when given, one extra key per query
+    block with value ``extra_value`` (B, H, nb, D) and score ``extra_score`` (B, H, nb).
+    ``key_real`` (B, nb * b) marks real keys (None: all); every selected block must hold one. Rows
+    with neither a selected block nor an extra key are 0. ``max_pairs`` bounds the selected pairs
+    per (batch, head) (None: nb * nb); only the export formulation uses it. Returns blocks
+    (B, H, nb, b, D)."""
     if extra_score is not None:
-        extra_value, extra_score = extra_value.reshape(-1, dim).to(q.dtype), extra_score.reshape(-1).to(q.dtype)
-    return BlockSparseAttention.apply(q, k, v, key_padding, extra_value, extra_score, selected, plan, scaling)
+        extra_value, extra_score = extra_value.to(q.dtype), extra_score.to(q.dtype)
+    if torch.compiler.is_exporting():
+        return static_block_sparse_attention(q, k, v, selected, scaling, key_real, extra_value, extra_score, max_pairs)
+    return block_sparse_forward(q, k, v, key_real, extra_value, extra_score, selected, scaling)[0]

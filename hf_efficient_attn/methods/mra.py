@@ -1,4 +1,5 @@
-"""MRA-2: multiresolution approximation of self-attention (Zeng et al., ICML 2022; seed 003).
+"""MRA-2: multiresolution approximation of self-attention (Zeng et al., "Multi Resolution Analysis
+(MRA) for Approximate Self-Attention", ICML 2022).
 
 The attention matrix A = exp(P), P = Q K^T * scaling, is approximated at two resolutions
 R = {b, 1} with b = ``block_size`` (section 5, "Baselines": R = {32, 1}).
@@ -58,10 +59,10 @@ Two backends compute the same thing:
 - ``gather``: plain PyTorch (:mod:`.block_sparse`). Query blocks are grouped by their number of
   selected key blocks; each chunk's key blocks are gathered with ``index_select`` and multiplied
   in batched matmuls. For ``mra2`` the low-resolution part (a dense (nb x nb) block-level
-  softmax) enters as one extra key per query block, as in ``flex`` below. A custom autograd
-  function keeps only the output and the per-row log-sum-exp and recomputes the selected blocks
-  in the backward (flash attention's scheme), so memory is O(n) and time grows with the number
-  of selected blocks. Every dtype and device (half precision is computed in fp32).
+  softmax) enters as one extra key per query block, as in ``flex`` below. A custom operator
+  with its own backward keeps only the output and the per-row log-sum-exp and recomputes the
+  selected blocks in the backward (flash attention's scheme), so memory is O(n) and time grows
+  with the number of selected blocks. Every dtype and device (half precision is computed in fp32).
 - ``flex``: ``torch.nn.attention.flex_attention`` (compiled), with a ``BlockMask`` listing the
   selected key blocks of every query block and a ``mask_mod`` for padded keys. For ``mra2``
   the low-resolution part enters the same call as one virtual key per query block x, with
@@ -69,15 +70,22 @@ Two backends compute the same thing:
   online softmax then performs exactly the log-sum-exp merge. (``return_lse`` would allow
   merging afterwards, but compiled flex on CPU rejects it in fp32 and, measured here with torch
   2.13, returns wrong outputs with it in fp16/bf16.) Compiled flex on CPU is inference only.
-- ``auto`` (default): ``gather``, for training and inference, on every device. Measured on 2
-  CPU threads (AVX2, torch 2.13, fp32, 12 heads, ``scripts/benchmark.py --forward-only``, median of
-  2 rounds), ``mra2``'s inference forward at n = 1024 / 2048 / 4096 / 8192: gather 13.8 / 27.1 /
-  41.0 / 92.8 ms, flex 23.3 / 34.0 / 75.8 / 167.7 ms, peak 17.7 vs 41.0 MB at 4096. ``mra2_s``,
-  which has no virtual key, is on par (42.8 vs 48.5 ms at 4096), so the likely cost is the virtual
-  key: its ``score_mod`` runs on every score, and k and v are copied to append the virtual keys.
-  ``gather`` also needs no compilation (flex: 5-25 s per shape) and no padding to a multiple of
-  ``FLEX_LENGTH_MULTIPLE``. CUDA flex (Triton) could not be tested here: ask for it with
-  ``backend="flex"``.
+- ``auto`` (default): ``gather``, for training and inference, on every device: measured faster
+  than ``flex`` on CPU for ``mra2``'s inference forward (on par for ``mra2_s``; the virtual key's
+  ``score_mod`` runs on every score), with less memory, no compilation per shape and no padding
+  to a multiple of ``FLEX_LENGTH_MULTIPLE``. CUDA flex (Triton) could not be tested here: ask for
+  it with ``backend="flex"``.
+
+Compilation and export. The selection has static shapes (a top-k whose k is the largest budget
+of the padded shape; per-sequence budgets stay tensors), and ``gather``'s data-dependent kernel is
+a custom operator (:mod:`.block_sparse`), so ``torch.compile`` traces a whole model in one graph
+(training included) and runs the same kernel as eager. Traced graphs pad by at least one token
+and to at least two blocks (:func:`padded_blocks`), so that one graph serves every length
+(dynamic shapes). ``torch.export`` and ONNX export (inference) run
+:func:`.block_sparse.static_block_sparse_attention` instead of the custom operator, for both
+backends. Under ``torch.compile`` on CUDA, ``flex`` calls ``flex_attention`` in the outer graph
+(untested here); on CPU, Inductor cannot compile it there (torch 2.13), so it runs outside the
+graph with its own compiled kernel (graph breaks around it; ``gather`` has none).
 """
 
 from __future__ import annotations
@@ -93,7 +101,7 @@ from torch.nn.attention.flex_attention import BlockMask, flex_attention
 
 from ..registry import register_method
 from .block_sparse import block_sparse_attention
-from .base import AttentionMethod, MethodOptions, check_choice, check_int, compute_dtype, pad_to_multiple
+from .base import AttentionMethod, MethodOptions, check_choice, check_int, compute_dtype, is_tracing
 
 BACKENDS = ("auto", "flex", "gather")
 #: The flex path pads the length to a multiple of this, so that few shapes get compiled
@@ -134,6 +142,27 @@ class MraOptions(MethodOptions):
         check_choice("backend", self.backend, BACKENDS)
 
 
+def padded_blocks(length: int, block_size: int, multiple: int) -> int:
+    """Number of blocks after padding ``length`` tokens to a multiple of ``multiple`` (itself a
+    multiple of ``block_size``).
+
+    A traced graph (``torch.compile``, ``torch.export``) pads by at least one token, to at least two
+    blocks: the compiler cannot tell whether a symbolic length is already a multiple, or holds one
+    block, and would tie the graph to the answer (a guard: a recompilation for other lengths, an
+    error under export). The extra padding changes no result: padded blocks are never selected."""
+    if not is_tracing():
+        return -(-length // multiple) * (multiple // block_size)
+    return torch.sym_max((length // multiple + 1) * (multiple // block_size), 2)
+
+
+def pad_to_length(x: torch.Tensor, length: int, dim: int, value: float = 0.0) -> torch.Tensor:
+    """``x`` padded at the end of ``dim`` to ``length``."""
+    if x.shape[dim] == length:  # eager only: traced lengths always differ (padded_blocks)
+        return x
+    pad = [0, 0] * (x.dim() - dim % x.dim() - 1) + [0, length - x.shape[dim]]
+    return F.pad(x, pad, value=value)
+
+
 class BlockStats(NamedTuple):
     """Low-resolution view of one padded input (eqs. 10-12 and 17)."""
 
@@ -155,6 +184,11 @@ def block_stats(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, real: torch.T
     return BlockStats(counts, q_mean, k_mean, v_mean, logits)
 
 
+def max_budget(blocks: int, block_per_row: int) -> int:
+    """The largest budget of a sequence of ``blocks`` blocks: block_per_row x blocks, at most all pairs."""
+    return torch.sym_min(block_per_row * blocks, blocks * blocks)
+
+
 @torch.no_grad()
 def select_blocks(logits: torch.Tensor, counts: torch.Tensor, block_per_row: int, first_n: int = 0,
                   diagonal_n: int = 0) -> torch.Tensor:
@@ -164,8 +198,8 @@ def select_blocks(logits: torch.Tensor, counts: torch.Tensor, block_per_row: int
     all real block pairs; pairs are ranked over the whole head (see module docstring)."""
     batch, heads, nb, _ = logits.shape
     has_real = counts > 0
-    if not bool(has_real.all()):  # pairs with a block without real tokens are never selected
-        logits = logits.masked_fill(~(has_real[:, None, :, None] & has_real[:, None, None, :]), -math.inf)
+    # Pairs with a block without real tokens are never selected (a no-op without padding).
+    logits = logits.masked_fill(~(has_real[:, None, :, None] & has_real[:, None, None, :]), -math.inf)
     row_max = logits.amax(-1, keepdim=True)
     score = logits - row_max.masked_fill_(row_max == -math.inf, 0.0)  # -inf: not eligible
     if first_n > 0 or diagonal_n > 0:
@@ -179,20 +213,17 @@ def select_blocks(logits: torch.Tensor, counts: torch.Tensor, block_per_row: int
         lowest = score.masked_fill(score == -math.inf, math.inf).amin((-2, -1), keepdim=True)
         score = score + prior_sets * (1 - lowest)
     real_blocks = has_real.sum(-1)
-    budget = torch.minimum(real_blocks * block_per_row, real_blocks * real_blocks)  # (B,)
-    top = int(budget.max())
-    if top == 0:
-        return torch.zeros_like(logits, dtype=torch.bool)
+    budget = torch.minimum(real_blocks * block_per_row, real_blocks * real_blocks)[:, None, None]  # (B, 1, 1)
     score = score.flatten(2)
-    budget = budget[:, None, None]
-    threshold = score.topk(top, dim=-1).values.gather(-1, (budget - 1).clamp(min=0).expand(-1, heads, -1))
-    selected = score >= threshold
-    if bool((selected.sum(-1, keepdim=True) > budget).any()):
-        # Ties at the threshold (e.g. row maxima, all 0, at one prior level; or -inf in a sequence
-        # of padding only, whose budget is 0) go to the lowest (query block, key block) index, so
-        # that appended padding cannot change the choice.
-        tied = score == threshold
-        selected &= ~tied | (tied.cumsum(-1) <= budget - (score > threshold).sum(-1, keepdim=True))
+    # The budget's threshold: the budget-th largest score of each head, from a top-k of the largest
+    # budget any sequence of this shape can have (a static k; a sequence of padding only has budget 0).
+    top = score.topk(max_budget(nb, block_per_row), dim=-1).values
+    threshold = top.gather(-1, (budget - 1).clamp(min=0).expand(-1, heads, -1))
+    # Ties at the threshold (e.g. row maxima, all 0, at one prior level; or -inf in a sequence of
+    # padding only, whose budget is 0) go to the lowest (query block, key block) index, so that
+    # appended padding cannot change the choice.
+    above, tied = score > threshold, score == threshold
+    selected = above | (tied & (tied.cumsum(-1) <= budget - above.sum(-1, keepdim=True)))
     return selected.view(batch, heads, nb, nb)
 
 
@@ -235,7 +266,8 @@ class LowResolutionAttention(torch.autograd.Function):
         grads = [torch.empty_like(t) for t in flat[:3]]
         # A few (batch, head) slices at a time, so that the recomputed (nb x nb) tensors of a few
         # slices only are alive (all of them would be the peak of MRA-2's backward at long lengths).
-        step = max(1, LOW_RESOLUTION_SLICE_ELEMENTS // nb**2)
+        # A traced backward takes all at once: a slice count would tie the graph to the length.
+        step = batch * heads if is_tracing() else max(1, LOW_RESOLUTION_SLICE_ELEMENTS // nb**2)
         for s in (slice(i, i + step) for i in range(0, batch * heads, step)):
             mean_q, mean_k, mean_v, g_out, out_s = (t[s] for t in flat)
             probs, _ = LowResolutionAttention._probs(
@@ -318,9 +350,17 @@ def flex_mra_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, real: 
     # Triton's default tiles (64-128) must divide the sparse block size; ask for block-sized ones
     # (untested here: Triton tiles are powers of two >= 16, so other block sizes may not compile).
     options = {"BLOCK_M": block_size, "BLOCK_N": block_size} if q.device.type == "cuda" else None
+    arguments = dict(score_mod=score_mod, block_mask=block_mask, scale=scaling, kernel_options=options)
+    if torch.compiler.is_compiling():  # inside an outer compiled graph (CUDA only): compiled with it
+        return flex_attention(q, k, v, **arguments)
     # Private dynamo config (no public setter for the recompile limit): scoped to this call only.
     with torch._dynamo.config.patch(recompile_limit=FLEX_RECOMPILE_LIMIT):
-        return _flex()(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scaling, kernel_options=options)
+        return _flex()(q, k, v, **arguments)
+
+
+#: :func:`flex_mra_attention` run eagerly, with its own compiled kernel, also from a compiled graph
+#: (a graph break there).
+flex_mra_attention_outside_graphs = torch.compiler.disable(flex_mra_attention)
 
 
 # ----------------------------------------------------------------------------- methods
@@ -332,8 +372,9 @@ class _MraBase(AttentionMethod):
     low_resolution: bool
 
     def _use_flex(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
-        """Whether this call runs FlexAttention: only for ``backend="flex"`` (``auto`` is ``gather``)."""
-        if self.options.backend != "flex":
+        """Whether this call runs FlexAttention: only for ``backend="flex"`` (``auto`` is ``gather``),
+        and not under export (both backends export :mod:`.block_sparse`'s static formulation)."""
+        if self.options.backend != "flex" or torch.compiler.is_exporting():
             return False
         if q.dtype not in FLEX_DTYPES:
             raise ValueError(f"{self.name}: backend='flex' supports dtypes {list(FLEX_DTYPES)}, got {q.dtype}")
@@ -351,13 +392,14 @@ class _MraBase(AttentionMethod):
         use_flex = self._use_flex(q, k, v)
         # flex: pad to a multiple of FLEX_LENGTH_MULTIPLE too, so that few lengths get compiled.
         multiple = math.lcm(bs, FLEX_LENGTH_MULTIPLE) if use_flex else bs
+        nb = padded_blocks(length, bs, multiple)
         real = q.new_ones(batch, length, dtype=torch.bool) if key_padding_mask is None else key_padding_mask
-        real = pad_to_multiple(real, multiple, dim=1, value=False)
+        real = pad_to_length(real, nb * bs, dim=1, value=False)
         work_dtype = q.dtype if use_flex else compute_dtype(q)
         # Padded tokens are zero (the base class zeroes key padding; internal padding adds zeros).
         # Blocks (B, H, nb, b, D): one view per tensor, shared by the block means and the exact part,
         # so that their gradients add up in one buffer.
-        q, k, v = (pad_to_multiple(t.to(work_dtype), multiple, dim=2).contiguous().unflatten(2, (-1, bs))
+        q, k, v = (pad_to_length(t.to(work_dtype), nb * bs, dim=2).contiguous().unflatten(2, (nb, bs))
                    for t in (q, k, v))
         if use_flex and not torch.is_grad_enabled():
             q, k, v = (t.detach() for t in (q, k, v))  # CPU flex refuses inputs that require grad
@@ -371,9 +413,13 @@ class _MraBase(AttentionMethod):
             low_out, low_lse = low_resolution_attention(stats, selected, scaling)
         if use_flex:
             q, k, v = (t.flatten(2, 3) for t in (q, k, v))
-            out = flex_mra_attention(q, k, v, real, selected, bs, scaling, low_out, low_lse)
+            # On CPU, Inductor cannot compile flex_attention inside an outer graph (torch 2.13: its CPU
+            # template fails on mask tensors computed in the same graph), so there it runs outside it.
+            flex = flex_mra_attention if q.device.type == "cuda" else flex_mra_attention_outside_graphs
+            out = flex(q, k, v, real, selected, bs, scaling, low_out, low_lse)
         else:
-            out = block_sparse_attention(q, k, v, selected, scaling, real, low_out, low_lse).flatten(2, 3)
+            out = block_sparse_attention(q, k, v, selected, scaling, real, low_out, low_lse,
+                                         max_pairs=max_budget(nb, opts.block_per_row)).flatten(2, 3)
         # Slice only what was padded: a slice's backward allocates and fills a full-size gradient.
         return out if out.shape[2] == length else out[:, :, :length]
 
