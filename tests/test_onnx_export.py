@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import hf_efficient_attn as hea
+from hf_efficient_attn.cli_errors import run_cli
 from hf_efficient_attn.serving import cli, onnx as serving
 from hub_fixtures import bert_tokenizer, small_options, tiny_config
 
@@ -70,3 +71,18 @@ def test_bad_arguments_are_clear_errors(tmp_path):
     (tmp_path / "busy" / "x").write_text("")
     with pytest.raises(ValueError, match="not empty"):
         serving.export_folder(str(tmp_path / "variant"), tmp_path / "busy")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--output_dir", "out"], "the following arguments are required: --model_dir"),
+    (["--model_dir", "missing", "--output_dir", "out"], "--model_dir missing: no such folder"),
+    (["--model_dir", "variant", "--output_dir", "out", "--export_length", "x"], "--export_length/--export-length: invalid int value"),
+])
+def test_the_script_reports_bad_arguments_in_one_line(tmp_path, monkeypatch, capsys, argv, message):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "variant").mkdir()
+    with pytest.raises(SystemExit) as exit_info:
+        run_cli(cli.main, argv)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and message in err[0], err
