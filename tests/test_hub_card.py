@@ -192,5 +192,8 @@ def test_card_of_a_results_file_without_the_hub_fixtures(tmp_path):
     assert "12 steps (2 epochs), 4 examples per device per step" in card.text
     assert "Last logged training loss: 0.75 (step 12)." in card.text
     assert f"Maximum input length: **{model.config.max_position_embeddings - 2} tokens**" in card.text
+    config = model.config
+    assert (f"Architecture: `RobertaForSequenceClassification` (roberta), {config.num_hidden_layers} layers, hidden "
+            f"size {config.hidden_size}, {config.num_attention_heads} heads.") in card.text  # fmt: skip
     # Linformer's default layerwise sharing: one k x length projection for E and F of every layer.
     assert f"It adds {8 * model.config.max_position_embeddings} learnable parameters" in card.text

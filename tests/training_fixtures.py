@@ -119,3 +119,17 @@ def capture_trainer(monkeypatch, module) -> None:
         raise Captured(kwargs)
 
     monkeypatch.setattr(module, "CrashSafeTrainer", record)
+
+
+def recorded_rows(folder, step: int, ranks: int = 1) -> list[tuple]:
+    """The examples (every tensor's row, as tuples) that processes ``0..ranks-1`` trained on at
+    optimisation step ``step`` (``tests/record_batches.py``), sorted: the same for one process
+    with the whole batch and for two processes with half of it each."""
+    import torch
+
+    rows = []
+    for rank in range(ranks):
+        batch = torch.load(os.path.join(folder, f"rank{rank}-step{step}.pt"))
+        keys = sorted(batch)
+        rows += [tuple(tuple(batch[key][i].flatten().tolist()) for key in keys) for i in range(len(batch[keys[0]]))]
+    return sorted(rows)
