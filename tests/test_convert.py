@@ -1,5 +1,6 @@
 """convert_to_long: positions copied, method attached after the extension, tokenizer length,
-new MLM head reported, save/reload as the method; extend_position_embeddings' argument check."""
+new MLM head reported, save/reload as the method; extend_position_embeddings' argument check;
+every architecture's leading (padding offset) rows against offsets written out here."""
 
 import pytest
 import torch

@@ -1,7 +1,9 @@
 """GLUE fine-tuning: metrics against references computed another way, tiny runs on real text in
 the Hub's layouts (csv, tsv, json) whose reported metrics equal scikit-learn/scipy on the saved
 model's own predictions, MNLI matched + mismatched, the submission files, LoRA round trip with
-Linformer's projections, resume = uninterrupted, and bad input."""
+Linformer's projections, resume = uninterrupted, and bad input; every task's columns, labels and
+metric against a frozen copy of the Hub's features, regression read from the label type, each
+option, gradient accumulation = one large batch."""
 
 import dataclasses
 import json
@@ -102,8 +104,9 @@ def workspace(tmp_path_factory):
     return {
         "root": root,
         "model": save_tiny_mlm(str(root / "tiny")),
-        "no_dropout": save_tiny_mlm(str(root / "tiny-no-dropout"), hidden_dropout_prob=0.0,
-                                    attention_probs_dropout_prob=0.0),  # fmt: skip
+        "no_dropout": save_tiny_mlm(
+            str(root / "tiny-no-dropout"), hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0
+        ),
         "files": {task: write_task_files(str(root / task), task) for task in ("cola", "mrpc", "stsb", "mnli")},
     }
 
@@ -614,7 +617,7 @@ def test_accuracy_mse_and_predictions_equal_their_definitions():
 def test_gradient_accumulation_equals_one_large_batch(workspace, tmp_path):
     """Batch 16 equals 8 x 2 accumulated (dropout off): the same logged loss and the same model;
     --max_predict_samples keeps the first test rows."""
-    common = dict(model_name_or_path=workspace["no_dropout"], max_steps=3, max_predict_samples=5)
+    common = {"model_name_or_path": workspace["no_dropout"], "max_steps": 3, "max_predict_samples": 5}
     large = run(workspace, "mrpc", tmp_path / "large", **common, per_device_train_batch_size=16)
     accumulated = run(workspace, "mrpc", tmp_path / "acc", **common, per_device_train_batch_size=8,
                       gradient_accumulation_steps=2)  # fmt: skip

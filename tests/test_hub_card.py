@@ -1,6 +1,6 @@
 """The model card of a shared variant (issue 9): metadata that huggingface_hub's ``ModelCard.load``
-parses, the naming convention, Trainer's metrics in the model-index, each method's paper and
-limitations."""
+parses, the naming convention, Trainer's metrics in the model-index and the results table, the
+architecture, parameter and training lines, each method's paper and limitations."""
 
 from __future__ import annotations
 
@@ -161,10 +161,9 @@ def test_card_of_a_results_file_without_the_hub_fixtures(tmp_path):
     """build_model_card alone (fast): metadata, model-index, results table and training lines hold
     the values of the files given, each under its own name, split and dataset."""
     import transformers as T
+    from hub_fixtures import tiny_config
 
     from hf_efficient_attn.hub.card import build_model_card
-
-    from hub_fixtures import tiny_config
 
     model = hea.patch_model(T.RobertaForSequenceClassification(tiny_config("roberta", num_labels=3)), "linformer",
                             {"k": 8})  # fmt: skip

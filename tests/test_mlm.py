@@ -1,12 +1,14 @@
 """Continued MLM pretraining: loss over the step's items, deterministic masks, metrics against
 scikit-learn, data errors, and tiny real-text runs (loss goes down, resume equals an
-uninterrupted run, evaluation is deterministic, accumulation equals one large batch)."""
+uninterrupted run, evaluation is deterministic, accumulation equals one large batch), and each
+command-line option read from the data a run would train on (the Trainer captured)."""
 
 import dataclasses
 import json
 import math
 import os
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -406,8 +408,8 @@ def test_seeds_choose_the_masks_they_say(workspace, monkeypatch, tmp_path):
 
 
 def test_text_column_name_is_the_text_trained_on(workspace, monkeypatch, tmp_path):
-    rows = [{"title": f"Article {i}", "body": text} for i, text in enumerate(open(workspace["train"]).read().split("\n"))
-            if text]  # fmt: skip
+    texts = [text for text in Path(workspace["train"]).read_text().split("\n") if text]
+    rows = [{"title": f"Article {i}", "body": text} for i, text in enumerate(texts)]
     path = tmp_path / "articles.jsonl"
     path.write_text("".join(json.dumps(row) + "\n" for row in rows))
     trainer = captured(workspace, monkeypatch, tmp_path, "--do_train", "--line_by_line", "--train_file", str(path),
@@ -420,7 +422,7 @@ def test_dataset_name_and_config_are_what_is_loaded(workspace, monkeypatch, tmp_
     from hf_efficient_attn.training import data
 
     calls = []
-    texts = open(workspace["train"]).read().split("\n")[:20]
+    texts = Path(workspace["train"]).read_text().split("\n")[:20]
 
     def fake_load_dataset(path, name=None, **kwargs):
         calls.append((path, name))

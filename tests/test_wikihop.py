@@ -1,6 +1,8 @@
 """WikiHop fine-tuning: inputs against the tokenizer's own pair encoding, chunk scores summed over
 chunks against a chunk-by-chunk computation, the loss and accuracy against references, bad input,
-and tiny runs through the command line (outputs, predictions.json, reload, resume)."""
+and tiny runs through the command line (outputs, predictions.json, reload, resume, each option,
+gradient accumulation = one large batch). Long synthetic examples cover chunking without the real
+ones (an optional download)."""
 
 import dataclasses
 import json
