@@ -257,4 +257,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from hf_efficient_attn.cli_errors import run_cli
+
+    sys.exit(run_cli(main))
