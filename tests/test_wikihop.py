@@ -506,13 +506,16 @@ def test_length_chunk_and_sample_options(workspace, monkeypatch, tmp_path):
     assert list(capped["train_dataset"]["input_ids"]) == [ids[:2] for ids in every["train_dataset"]["input_ids"][:3]]
     assert len(capped["eval_dataset"]) == 2
     batch = capped["data_collator"]([capped["train_dataset"][i] for i in range(3)])
-    assert batch["input_ids"].shape == (3, 2, 96)
+    assert batch["input_ids"].shape == (3, 2, 96)  # the chunks of long examples are full
     ent = batch["input_ids"].gather(2, batch["candidate_positions"][:, None].expand(-1, 2, -1))
     marker = AutoTokenizer.from_pretrained(workspace["model"]).vocab_size  # markers follow the vocabulary
     assert (ent >= marker).all()
-    dynamic = captured(workspace, monkeypatch, tmp_path, "--do_train", "--do_eval", "--train_file", long_train,
-                       "--max_seq_length", "96", "--max_chunks", "2")  # fmt: skip
-    assert dynamic["data_collator"]([dynamic["train_dataset"][i] for i in range(3)])["input_ids"].shape[-1] <= 96
+    for flags, length in ((["--pad_to_max_length"], 128), ([], None)):  # short examples: one chunk of < 128 tokens
+        short = captured(workspace, monkeypatch, tmp_path, "--do_train", "--do_eval", *flags)
+        features = [short["train_dataset"][i] for i in range(3)]
+        longest = max(len(f["input_ids"][0]) for f in features)
+        assert longest < 128 and {len(f["input_ids"]) for f in features} == {1}
+        assert short["data_collator"](features)["input_ids"].shape == (3, 1, length or longest)
 
 
 def test_gradient_accumulation_equals_one_large_batch(workspace, tmp_path):
