@@ -1,5 +1,6 @@
 """convert_to_long: positions copied, method attached after the extension, tokenizer length,
-new MLM head reported, save/reload as the method; extend_position_embeddings' argument check."""
+new MLM head reported, save/reload as the method; extend_position_embeddings' argument check;
+every architecture's leading (padding offset) rows against offsets written out here."""
 
 import pytest
 import torch
@@ -137,3 +138,42 @@ def test_a_new_head_is_drawn_from_the_seed(tmp_path):
     torch.rand(5)  # whatever the caller's random state, the seed decides
     torch.testing.assert_close(head(0), first, rtol=0, atol=0)
     assert not torch.equal(head(1), first)
+
+
+#: Rows of the position table before the first position, written out here rather than taken from
+#: the library: RoBERTa-style models number positions from padding_idx + 1 (Transformers'
+#: create_position_ids_from_input_ids), BERT and ELECTRA from 0.
+PADDING_OFFSET_TYPES = {"roberta", "xlm-roberta", "camembert", "longformer"}
+NO_OFFSET_TYPES = {"bert", "electra"}
+
+
+@pytest.mark.parametrize("model_type", sorted(PADDING_OFFSET_TYPES | NO_OFFSET_TYPES))
+def test_every_architectures_offset_rows_and_copies(tmp_path, model_type):
+    """The leading rows are kept once, the pretrained positions are repeated after them, the
+    tokenizer, config and buffers say the new length, and an input of exactly that length runs
+    while one token more is refused. (Padding id 1, as RoBERTa's: the row before it is a trained
+    row that must be kept too.)"""
+    source = save_tiny_mlm(str(tmp_path / "short"), model_type, pad_token_id=1)
+    original = T.AutoModelForMaskedLM.from_pretrained(source)
+    embeddings = original.base_model.embeddings.position_embeddings
+    old = embeddings.weight.detach().clone()
+    offset = 2 if model_type in PADDING_OFFSET_TYPES else 0
+    assert old[:offset].abs().sum(-1).ne(0).tolist() == [True, False][:offset]  # a trained row, the padding row
+    pretrained = old.shape[0] - offset
+
+    model, tokenizer, report = convert_to_long(source, LONG, "softmax", output_dir=str(tmp_path / "long"))
+    table = model.base_model.embeddings.position_embeddings
+    assert table.weight.shape[0] == LONG + offset == model.config.max_position_embeddings
+    assert table.padding_idx == embeddings.padding_idx
+    assert (report.tokens_before, report.tokens_after, tokenizer.model_max_length) == (pretrained, LONG, LONG)
+    rows = torch.arange(offset, LONG + offset)
+    torch.testing.assert_close(table.weight[:offset], old[:offset], rtol=0, atol=0)
+    torch.testing.assert_close(table.weight[rows], old[offset + (rows - offset) % pretrained], rtol=0, atol=0)
+    assert model.base_model.embeddings.position_ids.shape[-1] == LONG + offset
+
+    reloaded = hea.AutoModelForMaskedLM.from_pretrained(str(tmp_path / "long"))
+    ids = torch.randint(5, len(tokenizer), (1, LONG))
+    assert logits(reloaded, ids, torch.ones_like(ids)).shape == (1, LONG, len(tokenizer))
+    longer = torch.randint(5, len(tokenizer), (1, LONG + 1))
+    with pytest.raises(ValueError):
+        logits(reloaded, longer, torch.ones_like(longer))

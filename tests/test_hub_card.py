@@ -1,6 +1,6 @@
 """The model card of a shared variant (issue 9): metadata that huggingface_hub's ``ModelCard.load``
-parses, the naming convention, Trainer's metrics in the model-index, each method's paper and
-limitations."""
+parses, the naming convention, Trainer's metrics in the model-index and the results table, the
+architecture, parameter and training lines, each method's paper and limitations."""
 
 from __future__ import annotations
 
@@ -113,3 +113,86 @@ def test_every_method_has_its_paper_and_limitations_follow_its_properties(hub_va
         assert ("draws random samples" in text) == method.samples, name
         assert ("depend on the padded length" in text) == (not method.padding_invariant), name
         assert ("sized by the position table" in text) == method.length_bound, name
+
+
+def markdown_table(text: str, header: str) -> list[list[str]]:
+    """The cells of the rows of the table under ``header`` (a markdown table line)."""
+    lines = text.splitlines()
+    start = lines.index(header) + 2  # the header, then the |---| line
+    rows = []
+    for line in lines[start:]:
+        if not line.startswith("|"):
+            break
+        rows.append([cell.strip() for cell in line.strip("|").split("|")])
+    return rows
+
+
+def test_card_tables_and_lines_carry_the_runs_values(hub_variants):
+    """The results table holds each evaluation metric of eval_results.json under its name and split;
+    the architecture, length, parameter and training lines hold the model's and trainer_state's values
+    (all read here from the files themselves)."""
+    case = hub_variants["bert-linformer-trained"]
+    run_dir = Path(case.author.name_or_path)
+    results = json.loads((run_dir / "eval_results.json").read_text())
+    state = json.loads((run_dir / "trainer_state.json").read_text())
+    config = json.loads((case.folder / "config.json").read_text())
+    text = ModelCard.load(case.folder / "README.md").text
+
+    rows = markdown_table(text, "| metric | split | value |")
+    expected = {"accuracy": results["eval_accuracy"], "loss": results["eval_loss"]}
+    assert sorted(name for name, _, _ in rows) == sorted(expected)
+    for name, split, value in rows:
+        assert split == "validation" and float(value) == pytest.approx(expected[name], rel=1e-3), (name, value)
+    assert "On `glue` (`sst2`) (from `eval_results.json`):" in text
+
+    assert (
+        f"Architecture: `BertForSequenceClassification` (bert), {config['num_hidden_layers']} layers, hidden size "
+        f"{config['hidden_size']}, {config['num_attention_heads']} heads." in text
+    )
+    assert f"(position table of {config['max_position_embeddings']} entries)" in text
+    learned = sum(p.numel() for n, p in case.author.named_parameters() if ".efficient_attn." in n)
+    assert learned > 0 and f"It adds {learned} learnable parameters" in text
+    last = [entry for entry in state["log_history"] if "loss" in entry][-1]
+    assert f"{state['global_step']} steps ({state['epoch']:.4g} epochs), {state['train_batch_size']} examples" in text
+    assert f"Last logged training loss: {last['loss']:.4g} (step {last['step']})." in text
+
+
+def test_card_of_a_results_file_without_the_hub_fixtures(tmp_path):
+    """build_model_card alone (fast): metadata, model-index, results table and training lines hold
+    the values of the files given, each under its own name, split and dataset."""
+    import transformers as T
+    from hub_fixtures import tiny_config
+
+    from hf_efficient_attn.hub.card import build_model_card
+
+    model = hea.patch_model(T.RobertaForSequenceClassification(tiny_config("roberta", num_labels=3)), "linformer",
+                            {"k": 8})  # fmt: skip
+    results = {"eval_accuracy": 0.6875, "eval_f1": 0.4321, "eval_loss": 0.9123, "eval_runtime": 1.5,
+               "eval_samples": 16, "epoch": 2.0, "test_accuracy": 0.5}  # fmt: skip
+    (tmp_path / "all_results.json").write_text(json.dumps(results))
+    state = {"global_step": 12, "epoch": 2.0, "train_batch_size": 4,
+             "log_history": [{"loss": 1.25, "step": 6}, {"loss": 0.75, "step": 12}]}  # fmt: skip
+    card = build_model_card(model, repo_id="me/tiny-rte", base_model=ROBERTA_BASE, license="mit",
+                            results_file=tmp_path / "all_results.json", dataset_name="nyu-mll/glue",
+                            dataset_config_name="rte", trainer_state=state)  # fmt: skip
+    card = ModelCard(str(card))  # what the Hub parses
+    data = card.data
+    assert (data.base_model, data.license, data.model_name) == (ROBERTA_BASE, "mit", "tiny-rte")
+    assert data.pipeline_tag == "text-classification" and data.datasets == ["nyu-mll/glue"]
+    assert set(data.tags) >= {"hf_efficient_attn", "linformer", "roberta"}
+    expected = {("accuracy", "validation"): 0.6875, ("f1", "validation"): 0.4321, ("loss", "validation"): 0.9123,
+                ("accuracy", "test"): 0.5}  # fmt: skip
+    got = {(r.metric_type, r.dataset_split): r.metric_value for r in data.eval_results}
+    assert got == expected
+    assert {(r.dataset_type, r.dataset_config, r.task_type) for r in data.eval_results} == {
+        ("nyu-mll/glue", "rte", "text-classification")}  # fmt: skip
+    rows = markdown_table(card.text, "| metric | split | value |")
+    assert {(name, split): float(value) for name, split, value in rows} == expected
+    assert "12 steps (2 epochs), 4 examples per device per step" in card.text
+    assert "Last logged training loss: 0.75 (step 12)." in card.text
+    assert f"Maximum input length: **{model.config.max_position_embeddings - 2} tokens**" in card.text
+    config = model.config
+    assert (f"Architecture: `RobertaForSequenceClassification` (roberta), {config.num_hidden_layers} layers, hidden "
+            f"size {config.hidden_size}, {config.num_attention_heads} heads.") in card.text  # fmt: skip
+    # Linformer's default layerwise sharing: one k x length projection for E and F of every layer.
+    assert f"It adds {8 * model.config.max_position_embeddings} learnable parameters" in card.text

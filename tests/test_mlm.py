@@ -1,12 +1,14 @@
 """Continued MLM pretraining: loss over the step's items, deterministic masks, metrics against
 scikit-learn, data errors, and tiny real-text runs (loss goes down, resume equals an
-uninterrupted run, evaluation is deterministic, accumulation equals one large batch)."""
+uninterrupted run, evaluation is deterministic, accumulation equals one large batch), and each
+command-line option read from the data a run would train on (the Trainer captured)."""
 
 import dataclasses
 import json
 import math
 import os
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -164,11 +166,11 @@ def workspace(tmp_path_factory):
     return {"root": root, "train": train, "validation": validation, "model": model, "no_dropout": no_dropout}
 
 
-def run(workspace, output_dir, *extra, model="model"):
+def run(workspace, output_dir, *extra, model="model", files=("train", "validation")):
+    """pretrain_mlm.py on the workspace's model and ``files`` (of train, validation)."""
     args = [
         "--model_name_or_path", workspace[model], "--attn_impl", "mra2", "--attn_config", '{"block_size": 16}',
-        "--train_file", workspace["train"], "--validation_file", workspace["validation"],
-        "--max_seq_length", str(SEQ), "--output_dir", str(output_dir), "--per_device_eval_batch_size", "8",
+        *[arg for split in files for arg in (f"--{split}_file", workspace[split])], "--max_seq_length", str(SEQ), "--output_dir", str(output_dir), "--per_device_eval_batch_size", "8",
         "--learning_rate", "2e-3", "--logging_steps", "1", "--report_to", "none", "--disable_tqdm", "true",
         "--seed", "7", *extra,
     ]  # fmt: skip
@@ -304,3 +306,133 @@ def test_recipes_name_only_known_flags(name, tmp_path, monkeypatch):
         model_args, data_args, training_args = parse_arguments(types, [os.path.join(RECIPES, name)])
         assert data_args.max_seq_length == recipe["max_seq_length"] and training_args.max_steps == recipe["max_steps"]
         assert model_args.attn_impl == recipe.get("attn_impl")
+
+
+# ---- each command-line option does what it says (the data a run would train on) ---------------
+
+
+def captured(workspace, monkeypatch, tmp_path, *extra, files=("train", "validation")):
+    """What ``run`` would give its Trainer (nothing is trained)."""
+    from training_fixtures import Captured, capture_trainer
+
+    from hf_efficient_attn.training import mlm
+
+    capture_trainer(monkeypatch, mlm)
+    with pytest.raises(Captured) as caught:
+        run(workspace, tmp_path / "captured", *extra, files=files)
+    return caught.value.kwargs
+
+
+def all_rows(dataset):
+    return [dataset[i] for i in range(len(dataset))]
+
+
+def mask_rate(dataset):
+    """Share of the non-special tokens chosen for prediction (labels != -100)."""
+    chosen = counted = 0
+    for index in range(len(dataset)):
+        special = torch.tensor(dataset.examples[index]["special_tokens_mask"], dtype=torch.bool)
+        chosen += int((dataset[index]["labels"] != -100).sum())
+        counted += int((~special).sum())
+    return chosen / counted, counted
+
+
+@pytest.mark.parametrize("probability", [0.15, 0.4])
+def test_mlm_probability_sets_the_share_of_masked_tokens(workspace, monkeypatch, tmp_path, probability):
+    trainer = captured(workspace, monkeypatch, tmp_path, "--do_train", "--do_eval", "--mlm_probability",
+                       str(probability))  # fmt: skip
+    for dataset in (trainer["train_dataset"], trainer["eval_dataset"]):
+        rate, counted = mask_rate(dataset)
+        assert abs(rate - probability) < 4 * math.sqrt(probability * (1 - probability) / counted), rate
+
+
+@pytest.mark.parametrize("length", [32, 48])
+def test_max_seq_length_is_the_length_of_every_block(workspace, monkeypatch, tmp_path, length):
+    trainer = captured(workspace, monkeypatch, tmp_path, "--do_train", "--do_eval", "--max_seq_length", str(length))
+    for dataset in (trainer["train_dataset"], trainer["eval_dataset"]):
+        assert {len(row["input_ids"]) for row in all_rows(dataset)} == {length}
+        assert {len(ids) for ids in dataset.examples["input_ids"]} == {length}
+
+
+def test_line_by_line_makes_one_truncated_example_per_line(workspace, monkeypatch, tmp_path):
+    trainer = captured(workspace, monkeypatch, tmp_path, "--do_train", "--line_by_line", "--max_seq_length", "40")
+    with open(workspace["train"]) as f:
+        lines = [line.rstrip("\n") for line in f if line.strip()]
+    expected = small_tokenizer()(lines, truncation=True, max_length=40)["input_ids"]
+    assert trainer["train_dataset"].examples["input_ids"] == expected
+    assert max(len(ids) for ids in expected) == 40  # some lines were truncated
+
+
+def test_sample_limits_keep_the_first_examples(workspace, monkeypatch, tmp_path):
+    whole = captured(workspace, monkeypatch, tmp_path, "--do_train", "--do_eval")
+    limited = captured(workspace, monkeypatch, tmp_path, "--do_train", "--do_eval", "--max_train_samples", "5",
+                       "--max_eval_samples", "3")  # fmt: skip
+    assert len(whole["train_dataset"]) > 5 and len(whole["eval_dataset"]) > 3
+    assert limited["train_dataset"].examples["input_ids"] == whole["train_dataset"].examples["input_ids"][:5]
+    assert limited["eval_dataset"].examples["input_ids"] == whole["eval_dataset"].examples["input_ids"][:3]
+
+
+@pytest.mark.parametrize("percentage", [10, 25])
+def test_carved_validation_rows_leave_the_training_set(workspace, monkeypatch, tmp_path, percentage):
+    """Without --validation_file the first --validation_split_percentage % of the training lines
+    are the validation set, and only the others are trained on (no example in both)."""
+    trainer = captured(workspace, monkeypatch, tmp_path, "--do_train", "--do_eval", "--line_by_line",
+                       "--validation_split_percentage", str(percentage), files=("train",))  # fmt: skip
+    with open(workspace["train"]) as f:
+        lines = [line.rstrip("\n") for line in f if line.strip()]
+    encoded = [tuple(ids) for ids in small_tokenizer()(lines, truncation=True, max_length=SEQ)["input_ids"]]
+    count = round(len(lines) * percentage / 100)
+    train = [tuple(ids) for ids in trainer["train_dataset"].examples["input_ids"]]
+    validation = [tuple(ids) for ids in trainer["eval_dataset"].examples["input_ids"]]
+    assert validation == encoded[:count] and train == encoded[count:]
+    assert not set(train) & set(validation)
+
+
+def test_seeds_choose_the_masks_they_say(workspace, monkeypatch, tmp_path):
+    """--seed draws the training masks, --data_seed (when given) instead of it; the validation
+    masks follow --eval_mask_seed only."""
+
+    def masks(*extra):
+        trainer = captured(workspace, monkeypatch, tmp_path, "--do_train", "--do_eval", "--max_train_samples", "6",
+                           "--max_eval_samples", "6", *extra)  # fmt: skip
+        return [torch.stack([r["labels"] for r in all_rows(trainer[s])]) for s in ("train_dataset", "eval_dataset")]
+
+    train, validation = masks("--seed", "1")
+    other_train, other_validation = masks("--seed", "2")
+    assert not torch.equal(train, other_train) and torch.equal(validation, other_validation)
+    data_seeded, _ = masks("--seed", "1", "--data_seed", "5")
+    assert torch.equal(masks("--seed", "2", "--data_seed", "5")[0], data_seeded)
+    assert not torch.equal(data_seeded, train)
+    reseeded_train, reseeded_validation = masks("--seed", "1", "--eval_mask_seed", "9")
+    assert torch.equal(reseeded_train, train) and not torch.equal(reseeded_validation, validation)
+
+
+def test_text_column_name_is_the_text_trained_on(workspace, monkeypatch, tmp_path):
+    texts = [text for text in Path(workspace["train"]).read_text().split("\n") if text]
+    rows = [{"title": f"Article {i}", "body": text} for i, text in enumerate(texts)]
+    path = tmp_path / "articles.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    trainer = captured(workspace, monkeypatch, tmp_path, "--do_train", "--line_by_line", "--train_file", str(path),
+                       "--text_column_name", "body", files=())  # fmt: skip
+    expected = small_tokenizer()([r["body"] for r in rows], truncation=True, max_length=SEQ)["input_ids"]
+    assert trainer["train_dataset"].examples["input_ids"] == expected[round(len(rows) * 0.05) :]
+
+
+def test_dataset_name_and_config_are_what_is_loaded(workspace, monkeypatch, tmp_path):
+    from hf_efficient_attn.training import data
+
+    calls = []
+    texts = Path(workspace["train"]).read_text().split("\n")[:20]
+
+    def fake_load_dataset(path, name=None, **kwargs):
+        calls.append((path, name))
+        return DatasetDict(train=Dataset.from_dict({"text": texts[:16]}), validation=Dataset.from_dict(
+            {"text": texts[16:]}))  # fmt: skip
+
+    monkeypatch.setattr(data, "load_dataset", fake_load_dataset)
+    trainer = captured(workspace, monkeypatch, tmp_path, "--do_train", "--do_eval", "--line_by_line",
+                       "--dataset_name", "someone/news", "--dataset_config_name", "en", files=())  # fmt: skip
+    assert calls == [("someone/news", "en")]
+    tokenizer = small_tokenizer()
+    assert trainer["eval_dataset"].examples["input_ids"] == tokenizer(texts[16:], truncation=True,
+                                                                      max_length=SEQ)["input_ids"]  # fmt: skip

@@ -71,6 +71,10 @@ def test_push_with_only_the_folder_the_repo_and_the_dry_run(chain, tmp_path, cap
     assert card.data.datasets is None  # local files only: no Hub dataset id to list
     assert "Converted from `google-bert/bert-base-uncased`" in card.text
     assert "Masked-LM pretraining (`pretrain_mlm.py`, attention `mra2`): 2 steps" in card.text
+    for stage in read_provenance(chain / "glue")["stages"][1:]:  # each training stage's own numbers
+        assert f"of {stage['global_batch_size']} examples of up to {stage['max_seq_length']} tokens, learning rate " \
+               f"{stage['learning_rate']:g}" in card.text
+    assert card.text.count("of 8 examples of up to 64 tokens, learning rate 5e-05") == 2
     assert "GLUE COLA fine-tuning (`finetune_glue.py`" in card.text
     assert "local files (`train.txt`, `validation.txt`; not on the Hub)" in card.text
     accuracy = json.loads((chain / "mlm" / "all_results.json").read_text())["eval_accuracy"]
@@ -105,3 +109,28 @@ def test_datasets_lists_hub_ids_only():
     assert hub_datasets(record, None) == ["nyu-mll/glue"]
     assert hub_datasets(record, "nyu-mll/glue") == ["nyu-mll/glue"]
     assert hub_datasets(None, "stanfordnlp/imdb") == ["stanfordnlp/imdb"]
+
+
+def test_recorded_batch_is_the_global_batch(tmp_path):
+    """global_batch_size = per-device batch x accumulation steps x processes; the stage records the
+    run's steps, epochs, length and learning rate as given."""
+    from types import SimpleNamespace
+
+    from hf_efficient_attn.training.args import ModelArguments
+    from hf_efficient_attn.training.driver import record_stage
+
+    source = save_tiny_mlm(str(tmp_path / "source"))
+    args = SimpleNamespace(per_device_train_batch_size=3, gradient_accumulation_steps=5, world_size=2,
+                           learning_rate=4e-5, output_dir=str(tmp_path / "out"))  # fmt: skip
+    (tmp_path / "out").mkdir()
+    trainer = SimpleNamespace(args=args, state=SimpleNamespace(global_step=7, epoch=1.5),
+                              model=SimpleNamespace(config=SimpleNamespace(attn_impl="mra2")),
+                              is_world_process_zero=lambda: True)  # fmt: skip
+    data_args = SimpleNamespace(dataset_name="someone/news", dataset_config_name="en")
+    record_stage(trainer, ModelArguments(model_name_or_path=source), data_args, "masked-LM pretraining",
+                 "pretrain_mlm.py", 96, {"train_samples": 40}, {"eval_loss": 2.5, "eval_runtime": 1.0})  # fmt: skip
+    (stage,) = read_provenance(tmp_path / "out")["stages"]
+    assert stage["global_batch_size"] == 3 * 5 * 2
+    assert (stage["steps"], stage["epochs"], stage["max_seq_length"], stage["learning_rate"]) == (7, 1.5, 96, 4e-5)
+    assert stage["train_samples"] == 40 and stage["eval"] == {"eval_loss": 2.5}
+    assert stage["data"] == {"dataset_name": "someone/news", "dataset_config_name": "en"}

@@ -1,6 +1,8 @@
 """WikiHop fine-tuning: inputs against the tokenizer's own pair encoding, chunk scores summed over
 chunks against a chunk-by-chunk computation, the loss and accuracy against references, bad input,
-and tiny runs through the command line (outputs, predictions.json, reload, resume)."""
+and tiny runs through the command line (outputs, predictions.json, reload, resume, each option,
+gradient accumulation = one large batch). Long synthetic examples cover chunking without the real
+ones (an optional download)."""
 
 import dataclasses
 import json
@@ -62,36 +64,52 @@ def test_a_short_example_is_the_tokenizers_own_pair_encoding():
     assert encoded["token_type_ids"] == [reference["token_type_ids"]]
 
 
-def test_long_examples_are_cut_into_chunks_that_each_repeat_question_and_candidates():
-    """The two real WikiHop examples at 128 tokens: every chunk is [CLS] first segment [SEP] slice
-    [SEP]; the slices, in order, are exactly the tokenised documents; every chunk but the last is
-    full; each candidate's [ent] is at the same position in every chunk."""
-    tok = marked_tokenizer()
-    max_length = 128
+#: Synthetic examples long enough to need several chunks at 128 tokens (about 450-650 tokens).
+LONG = {"num_supports": 4, "sentences_per_support": 5}
+
+
+def assert_chunked(tok, example, max_length, min_chunks):
+    """Every chunk is [CLS] first segment [SEP] slice [SEP]; the slices, in order, are exactly the
+    tokenised documents; every chunk but the last is full; each candidate's [ent] is at the same
+    position in every chunk; --max_chunks keeps the first chunks."""
     ent = tok.convert_tokens_to_ids(CANDIDATE_START)
+    encoded = ChunkEncoder(tok, max_length).encode(
+        example["id"], example["query"], example["candidates"], example["supports"]
+    )
+    first = tok(first_segment_text(example), add_special_tokens=False)["input_ids"]
+    documents = tok(f" {tok.sep_token} ".join(example["supports"]), add_special_tokens=False)["input_ids"]
+    head = [tok.cls_token_id, *first, tok.sep_token_id]
+    room = max_length - len(head) - 1
+    chunks = encoded["input_ids"]
+    assert len(chunks) == math.ceil(len(documents) / room) >= min_chunks
+    slices = []
+    for chunk, types in zip(chunks, encoded["token_type_ids"]):
+        assert chunk[: len(head)] == head and chunk[-1] == tok.sep_token_id
+        assert types == [0] * len(head) + [1] * (len(chunk) - len(head))
+        assert [i for i, t in enumerate(chunk) if t == ent] == encoded["candidate_positions"]
+        slices += chunk[len(head) : -1]
+    assert slices == documents
+    assert all(len(c) == max_length for c in chunks[:-1]) and len(chunks[-1]) <= max_length
+    assert len(encoded["candidate_positions"]) == len(example["candidates"])
+    capped = ChunkEncoder(tok, max_length, max_chunks=2).encode(
+        example["id"], example["query"], example["candidates"], example["supports"]
+    )
+    assert capped["input_ids"] == chunks[:2]
+
+
+@pytest.mark.parametrize("max_length", [96, 128])
+def test_long_examples_are_cut_into_chunks_that_each_repeat_question_and_candidates(max_length):
+    """Synthetic examples of several hundred tokens (no download needed)."""
+    tok = marked_tokenizer()
+    for example in synthetic_examples(3, seed=11, **LONG):
+        assert_chunked(tok, example, max_length, min_chunks=3)
+
+
+def test_the_real_examples_are_cut_into_chunks():
+    """The two real WikiHop examples (the allennlp wheel) at 128 tokens: 48 and 10 chunks."""
+    tok = marked_tokenizer()
     for example in real_or_skip():
-        encoded = ChunkEncoder(tok, max_length).encode(
-            example["id"], example["query"], example["candidates"], example["supports"]
-        )
-        first = tok(first_segment_text(example), add_special_tokens=False)["input_ids"]
-        documents = tok(f" {tok.sep_token} ".join(example["supports"]), add_special_tokens=False)["input_ids"]
-        head = [tok.cls_token_id, *first, tok.sep_token_id]
-        room = max_length - len(head) - 1
-        chunks = encoded["input_ids"]
-        assert len(chunks) == math.ceil(len(documents) / room) > 5
-        slices = []
-        for chunk, types in zip(chunks, encoded["token_type_ids"]):
-            assert chunk[: len(head)] == head and chunk[-1] == tok.sep_token_id
-            assert types == [0] * len(head) + [1] * (len(chunk) - len(head))
-            assert [i for i, t in enumerate(chunk) if t == ent] == encoded["candidate_positions"]
-            slices += chunk[len(head) : -1]
-        assert slices == documents
-        assert all(len(c) == max_length for c in chunks[:-1]) and len(chunks[-1]) <= max_length
-        assert len(encoded["candidate_positions"]) == len(example["candidates"])
-        capped = ChunkEncoder(tok, max_length, max_chunks=2).encode(
-            example["id"], example["query"], example["candidates"], example["supports"]
-        )
-        assert capped["input_ids"] == chunks[:2]
+        assert_chunked(tok, example, 128, min_chunks=6)
 
 
 def test_marker_strings_in_the_texts_stay_plain_text():
@@ -197,7 +215,8 @@ def test_pretrained_encoder_weights_load_into_the_scorer(tmp_path):
 
 
 def encoded_batch(tok, max_length=128, max_chunks=None):
-    examples = real_or_skip() + synthetic_examples(3, **SHORT)
+    """Two long synthetic examples (several chunks each) and three short ones (one chunk)."""
+    examples = synthetic_examples(2, seed=11, **LONG) + synthetic_examples(3, **SHORT)
     encoder = ChunkEncoder(tok, max_length, max_chunks)
     features = encoder({key: [e[key] for e in examples] for key in ("id", "query", "answer", "candidates", "supports")})
     rows = [{key: values[i] for key, values in features.items()} for i in range(len(examples))]
@@ -213,7 +232,8 @@ def test_scores_are_summed_over_chunks(attn_impl):
     tok = marked_tokenizer()
     model = AutoModelForCandidateScoring.from_config(tiny_config(vocab_size=len(tok)), attn_impl=attn_impl).eval()
     examples, rows, batch = encoded_batch(tok, max_chunks=None if attn_impl == "softmax" else 5)
-    assert batch["chunk_mask"].sum(1).tolist() == [len(r["input_ids"]) for r in rows]  # real ones: 48 and 10 chunks
+    assert batch["chunk_mask"].sum(1).tolist() == [len(r["input_ids"]) for r in rows]
+    assert min(batch["chunk_mask"].sum(1).tolist()[:2]) >= 3  # the long ones are chunked
     with torch.no_grad():
         logits = model(**batch).logits
         ent = tok.convert_tokens_to_ids(CANDIDATE_START)
@@ -454,3 +474,57 @@ def test_recipes(name, tmp_path, monkeypatch):
         os.makedirs(recipe["model_name_or_path"])  # the earlier recipe's output (a missing folder is an error)
         _, data_args, training_args = parse_arguments(types, [os.path.join(RECIPES, name)])
         assert data_args.max_seq_length == 2048 and training_args.max_steps == recipe["max_steps"]
+
+
+# ---- each option does what it says; accumulation -----------------------------------------------------
+
+
+def captured(workspace, monkeypatch, tmp_path, *extra):
+    from training_fixtures import Captured, capture_trainer
+
+    from hf_efficient_attn.training import wikihop
+
+    capture_trainer(monkeypatch, wikihop)
+    with pytest.raises(Captured) as caught:
+        run(workspace, tmp_path / "captured", *extra)
+    return caught.value.kwargs
+
+
+def test_length_chunk_and_sample_options(workspace, monkeypatch, tmp_path):
+    """--max_seq_length is the chunk length (documents chunked, not truncated), --max_chunks keeps
+    the first chunks, --pad_to_max_length pads the batch to the length, --max_train/eval_samples
+    keep the first examples; the collator's candidate positions are the tokenizer's [ent]s."""
+    long_train = write_qangaroo_json(str(tmp_path / "long.json"), synthetic_examples(5, seed=11, **LONG))
+    every = captured(workspace, monkeypatch, tmp_path, "--do_train", "--do_eval", "--train_file", long_train,
+                     "--max_seq_length", "96")  # fmt: skip
+    chunks = [len(ids) for ids in every["train_dataset"]["input_ids"]]
+    assert min(chunks) >= 3
+    assert {len(c) for ids in every["train_dataset"]["input_ids"] for c in ids[:-1]} == {96}
+    capped = captured(workspace, monkeypatch, tmp_path, "--do_train", "--do_eval", "--train_file", long_train,
+                      "--max_seq_length", "96", "--max_chunks", "2", "--pad_to_max_length", "--max_train_samples",
+                      "3", "--max_eval_samples", "2")  # fmt: skip
+    assert list(capped["train_dataset"]["input_ids"]) == [ids[:2] for ids in every["train_dataset"]["input_ids"][:3]]
+    assert len(capped["eval_dataset"]) == 2
+    batch = capped["data_collator"]([capped["train_dataset"][i] for i in range(3)])
+    assert batch["input_ids"].shape == (3, 2, 96)  # the chunks of long examples are full
+    ent = batch["input_ids"].gather(2, batch["candidate_positions"][:, None].expand(-1, 2, -1))
+    marker = AutoTokenizer.from_pretrained(workspace["model"]).vocab_size  # markers follow the vocabulary
+    assert (ent >= marker).all()
+    for flags, length in ((["--pad_to_max_length"], 128), ([], None)):  # short examples: one chunk of < 128 tokens
+        short = captured(workspace, monkeypatch, tmp_path, "--do_train", "--do_eval", *flags)
+        features = [short["train_dataset"][i] for i in range(3)]
+        longest = max(len(f["input_ids"][0]) for f in features)
+        assert longest < 128 and {len(f["input_ids"]) for f in features} == {1}
+        assert short["data_collator"](features)["input_ids"].shape == (3, 1, length or longest)
+
+
+def test_gradient_accumulation_equals_one_large_batch(workspace, tmp_path):
+    """Batch 8 equals 4 x 2 accumulated (dropout off): the same training loss and evaluation."""
+    model = save_tiny_encoder(str(tmp_path / "no-dropout"), hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    common = ["--do_train", "--do_eval", "--max_steps", "2", "--max_train_samples", "16", "--max_eval_samples", "4",
+              "--model_name_or_path", model, "--max_seq_length", "64"]  # fmt: skip
+    large = run(workspace, tmp_path / "large", *common, "--per_device_train_batch_size", "8")
+    accumulated = run(workspace, tmp_path / "acc", *common, "--per_device_train_batch_size", "4",
+                      "--gradient_accumulation_steps", "2")  # fmt: skip
+    assert accumulated["train_loss"] == pytest.approx(large["train_loss"], rel=1e-4)
+    assert accumulated["eval_loss"] == pytest.approx(large["eval_loss"], rel=1e-4)

@@ -100,3 +100,36 @@ def run_on_two_processes(args_for: Callable[[str], list[str]], folder) -> None:
 def logged_losses(output_dir) -> list[float]:
     """The training losses Trainer logged, in order."""
     return [e["loss"] for e in read_json(output_dir, "trainer_state.json")["log_history"] if "loss" in e]
+
+
+class Captured(Exception):
+    """Raised instead of building the Trainer (:func:`capture_trainer`); ``kwargs`` are what the
+    pipeline would have given it: ``train_dataset``, ``eval_dataset``, ``data_collator``, ``model``, ..."""
+
+    def __init__(self, kwargs: dict):
+        super().__init__("Trainer captured")
+        self.kwargs = kwargs
+
+
+def capture_trainer(monkeypatch, module) -> None:
+    """Make ``module``'s pipeline stop where it builds its Trainer, raising :class:`Captured`: the
+    data, masks and collator a run would train on, without training."""
+
+    def record(*args, **kwargs):
+        raise Captured(kwargs)
+
+    monkeypatch.setattr(module, "CrashSafeTrainer", record)
+
+
+def recorded_rows(folder, step: int, ranks: int = 1) -> list[tuple]:
+    """The examples (every tensor's row, as tuples) that processes ``0..ranks-1`` trained on at
+    optimisation step ``step`` (``tests/record_batches.py``), sorted: the same for one process
+    with the whole batch and for two processes with half of it each."""
+    import torch
+
+    rows = []
+    for rank in range(ranks):
+        batch = torch.load(os.path.join(folder, f"rank{rank}-step{step}.pt"))
+        keys = sorted(batch)
+        rows += [tuple(tuple(batch[key][i].flatten().tolist()) for key in keys) for i in range(len(batch[keys[0]]))]
+    return sorted(rows)

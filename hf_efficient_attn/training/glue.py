@@ -210,7 +210,7 @@ def label_names_of(task: GlueTask | None, train: Dataset | None) -> tuple[str, .
         raise ValueError("without --task_name the labels are read from the training data: give --train_file")
     if "label" not in train.column_names:
         raise ValueError(f"the training data has no 'label' column; its columns are {train.column_names}")
-    if getattr(train.features["label"], "dtype", None) in ("float32", "float64"):
+    if str(getattr(train.features["label"], "dtype", "")).startswith("float"):  # float16, float32, float64
         return None
     return tuple(str(value) for value in sorted(train.unique("label")))
 
