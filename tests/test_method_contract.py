@@ -1,5 +1,7 @@
 """Properties every registered method must have (design.md, "The method contract")."""
 
+import re
+
 import pytest
 import torch
 
@@ -199,3 +201,18 @@ def test_seeds_are_non_negative_integers(name):
     for seed in (-1, 1.5, True):
         with pytest.raises(ValueError, match="seed"):
             make_method(name, seed=seed)
+
+
+@pytest.mark.parametrize("name", METHODS)
+def test_metadata_lives_on_the_class(name):
+    """Paper, cost, budget option and exact reference: what the card, the quality study and the docs
+    read from the registry."""
+    cls = get_method_class(name)
+    assert cls.paper is not None and cls.paper.title and cls.paper.venue
+    assert re.fullmatch(r"\d{4}\.\d{5}", cls.paper.arxiv), cls.paper.arxiv
+    assert cls.cost.startswith("O(n") and cls.cost.endswith(")"), cls.cost
+    assert cls.budget_option is None or cls.budget_option in hea.method_options(name)
+    reference = get_method_class(cls.exact_reference)
+    assert reference.budget_option is None and reference.samples is False  # an exact method
+    if cls.samples and not cls.approximates_softmax:  # YOSO, Skyformer: measured against their exact kernel
+        assert reference is not cls and not reference.samples and not reference.approximates_softmax

@@ -21,57 +21,6 @@ from .remote_code import PACKAGE, auto_class_of, model_classes
 DEFAULT_TEMPLATE = Path(__file__).resolve().parents[1] / "model_cards" / "efficient_attention.md"
 
 
-@dataclass(frozen=True)
-class Paper:
-    title: str
-    venue: str
-    arxiv: str
-
-
-_MRA = Paper("Multi Resolution Analysis (MRA) for Approximate Self-Attention", "Zeng et al., ICML 2022", "2207.10284")
-_YOSO = Paper(
-    "You Only Sample (Almost) Once: Linear Cost Self-Attention Via Bernoulli Sampling",
-    "Zeng et al., ICML 2021",
-    "2111.09714",
-)
-_SKYFORMER = Paper(
-    "Skyformer: Remodel Self-Attention with Gaussian Kernel and Nyström Method",
-    "Chen et al., NeurIPS 2021",
-    "2111.00035",
-)
-_SKEINFORMER = Paper(
-    "Sketching as a Tool for Understanding and Accelerating Self-attention for Long Sequences",
-    "Chen, Zeng et al., NAACL 2022",
-    "2112.05359",
-)
-
-#: The paper of every built-in method (the card's "Method" section).
-PAPERS: dict[str, Paper] = {
-    "softmax": Paper(
-        "Attention Is All You Need (exact softmax attention)", "Vaswani et al., NeurIPS 2017", "1706.03762"
-    ),
-    "mra2": _MRA,
-    "mra2_s": _MRA,
-    "yoso": _YOSO,
-    "yoso_e": _YOSO,
-    "skyformer": _SKYFORMER,
-    "kernelized": _SKYFORMER,
-    "skeinformer": _SKEINFORMER,
-    "vmean": _SKEINFORMER,
-    "linformer": Paper("Linformer: Self-Attention with Linear Complexity", "Wang et al., 2020", "2006.04768"),
-    "informer": Paper(
-        "Informer: Beyond Efficient Transformer for Long Sequence Time-Series Forecasting (ProbSparse attention)",
-        "Zhou et al., AAAI 2021",
-        "2012.07436",
-    ),
-    "nystromformer": Paper(
-        "Nyströmformer: A Nyström-Based Algorithm for Approximating Self-Attention",
-        "Xiong et al., AAAI 2021",
-        "2102.03902",
-    ),
-    "performer": Paper("Rethinking Attention with Performers (FAVOR+)", "Choromanski et al., ICLR 2021", "2009.14794"),
-}
-
 #: Hub pipeline tag of each head (None: no pipeline; a pretraining head's evaluation is its MLM loss).
 PIPELINE_TAGS: dict[str, str | None] = {
     "AutoModel": "feature-extraction",
@@ -332,7 +281,7 @@ def build_model_card(
         base_model=base_model,
         version=__version__,
         attn_impl=config.attn_impl,
-        paper=PAPERS.get(config.attn_impl),
+        paper=type(method).paper,
         approximates_softmax=method.approximates_softmax,
         method_parameters=method_parameter_count(model),
         attn_config_json=json.dumps(config.attn_config, indent=2, sort_keys=True),

@@ -82,6 +82,15 @@ class MethodOptions:
         return dataclasses.asdict(self)
 
 
+@dataclass(frozen=True)
+class Paper:
+    """The paper a method implements (the model card's "Method" section, the docs' methods table)."""
+
+    title: str
+    venue: str
+    arxiv: str
+
+
 class AttentionMethod(nn.Module):
     """Base class: ``forward(q, k, v, key_padding_mask, scaling) -> out``, all (B, H, N, D).
 
@@ -90,6 +99,15 @@ class AttentionMethod(nn.Module):
 
     name: ClassVar[str]
     options_cls: ClassVar[type[MethodOptions]] = MethodOptions
+    #: The paper the method comes from (every built-in method has one).
+    paper: ClassVar[Paper | None] = None
+    #: Time and memory in the sequence length n, as a formula of its options (e.g. "O(n k)").
+    cost: ClassVar[str | None] = None
+    #: The option that trades accuracy for cost (None: nothing to tune, e.g. exact attention).
+    budget_option: ClassVar[str | None] = None
+    #: The exact attention the method approximates: "softmax", or the method's own exact kernel
+    #: (YOSO's expected collision weights, Skyformer's Gaussian kernel).
+    exact_reference: ClassVar[str] = "softmax"
     #: True when the method approximates softmax attention (False for e.g. YOSO, Skyformer).
     approximates_softmax: ClassVar[bool] = True
     #: True when the method samples at random: fixed draws (:meth:`seeded_draws`) in eval mode,

@@ -31,14 +31,7 @@ import torch
 
 from ..registry import register_method
 from .base import (
-    AttentionMethod,
-    MethodOptions,
-    check_int,
-    check_positive,
-    compute_dtype,
-    is_tracing,
-    random_bits,
-    uniform_real_positions,
+    AttentionMethod, MethodOptions, Paper, check_int, check_positive, compute_dtype, is_tracing, random_bits, uniform_real_positions,
 )
 from .skeinformer import gather_rows, masked_softmax_attention, real_mask, value_mean
 
@@ -104,6 +97,10 @@ class Informer(AttentionMethod):
     """ProbSparse self-attention: exact rows for the top-u queries by M, mean of V for the rest."""
 
     name = "informer"
+    paper = Paper("Informer: Beyond Efficient Transformer for Long Sequence Time-Series Forecasting",
+                  "Zhou et al., AAAI 2021", "2012.07436")
+    cost = "O(n log n)"
+    budget_option = "factor"
     options_cls = InformerOptions
     samples = True
 

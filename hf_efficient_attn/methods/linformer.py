@@ -20,13 +20,7 @@ from torch import nn
 
 from ..registry import register_method
 from .base import (
-    METHOD_ATTRIBUTE,
-    AttentionMethod,
-    AttentionShape,
-    MethodOptions,
-    check_choice,
-    check_int,
-    is_tracing,
+    AttentionMethod, AttentionShape, METHOD_ATTRIBUTE, MethodOptions, Paper, check_choice, check_int, is_tracing,
 )
 
 #: Sharing levels of seed 004, section 4 "Parameter sharing between projections", plus "none"
@@ -83,6 +77,9 @@ class Linformer(AttentionMethod):
     """softmax(Q (E K)^T * scaling) (F V) with learnable E, F: (k, max_seq_len) (seed 004, Eq. 7)."""
 
     name = "linformer"
+    paper = Paper("Linformer: Self-Attention with Linear Complexity", "Wang et al., 2020", "2006.04768")
+    cost = "O(n k)"
+    budget_option = "k"
     options_cls = LinformerOptions
     length_bound = True
 

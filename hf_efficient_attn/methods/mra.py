@@ -101,7 +101,7 @@ from torch.nn.attention.flex_attention import BlockMask, flex_attention
 
 from ..registry import register_method
 from .block_sparse import block_sparse_attention
-from .base import AttentionMethod, MethodOptions, check_choice, check_int, compute_dtype, is_tracing
+from .base import AttentionMethod, MethodOptions, Paper, check_choice, check_int, compute_dtype, is_tracing
 
 BACKENDS = ("auto", "flex", "gather")
 #: The flex path pads the length to a multiple of this, so that few shapes get compiled
@@ -115,6 +115,8 @@ FLEX_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 #: Elements of the (nb x nb) low-resolution tensors recomputed at once in the backward (4 MiB in
 #: fp32): slices of whole heads, so that long inputs do not keep them for every head at once.
 LOW_RESOLUTION_SLICE_ELEMENTS = 2**20
+
+MRA_PAPER = Paper("Multi Resolution Analysis (MRA) for Approximate Self-Attention", "Zeng et al., ICML 2022", "2207.10284")
 
 
 @dataclass
@@ -429,6 +431,9 @@ class Mra2(_MraBase):
     """MRA-2: exact attention in the selected blocks, low resolution (eq. 13) in all others."""
 
     name = "mra2"
+    paper = MRA_PAPER
+    cost = "O(n b r + (n/b)^2)"
+    budget_option = "block_per_row"
     low_resolution = True
 
 
@@ -437,4 +442,7 @@ class Mra2Sparse(_MraBase):
     """MRA-2-s (eq. 18): exact attention in the selected blocks only."""
 
     name = "mra2_s"
+    paper = MRA_PAPER
+    cost = "O(n b r)"
+    budget_option = "block_per_row"
     low_resolution = False

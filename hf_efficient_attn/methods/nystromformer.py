@@ -32,14 +32,7 @@ import torch.nn.functional as F
 
 from ..registry import register_method
 from .base import (
-    AttentionMethod,
-    AttentionShape,
-    MethodOptions,
-    apply_value_conv,
-    check_int,
-    compute_dtype,
-    depthwise_value_conv,
-    is_tracing,
+    AttentionMethod, AttentionShape, MethodOptions, Paper, apply_value_conv, check_int, compute_dtype, depthwise_value_conv, is_tracing,
 )
 
 
@@ -161,6 +154,10 @@ class Nystromformer(AttentionMethod):
     """F A^+ (B V) with m segment-mean landmarks (Xiong et al. 2021), padding-exact."""
 
     name = "nystromformer"
+    paper = Paper("Nyströmformer: A Nyström-Based Algorithm for Approximating Self-Attention",
+                  "Xiong et al., AAAI 2021", "2102.03902")
+    cost = "O(n m)"
+    budget_option = "num_landmarks"
     options_cls = NystromformerOptions
 
     def __init__(self, options: NystromformerOptions, shape: AttentionShape):

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from ..registry import register_method
-from .base import AttentionMethod, MethodOptions, check_int, compute_dtype
+from .base import AttentionMethod, MethodOptions, Paper, check_int, compute_dtype
 
 #: Added to every feature (the official code's ``numerical_stabilizer`` passed to its positive
 #: softmax features in ``make_fast_softmax_attention``); keeps the normaliser positive.
@@ -103,6 +103,9 @@ class Performer(AttentionMethod):
     """FAVOR+ linear attention with positive orthogonal random features."""
 
     name = "performer"
+    paper = Paper("Rethinking Attention with Performers", "Choromanski et al., ICLR 2021", "2009.14794")
+    cost = "O(n m)"
+    budget_option = "num_features"
     options_cls = PerformerOptions
     samples = True  # random features (fixed from ``seed``; redrawn in training with ``redraw``)
 

@@ -51,17 +51,12 @@ import torch
 
 from ..registry import register_method
 from .base import (
-    AttentionMethod,
-    MethodOptions,
-    check_choice,
-    check_int,
-    compute_dtype,
-    is_tracing,
-    random_bits,
-    uniform_from_bits,
-    uniform_real_positions,
+    AttentionMethod, MethodOptions, Paper, check_choice, check_int, compute_dtype, is_tracing, random_bits, uniform_from_bits, uniform_real_positions,
 )
 from .softmax import exact_attention
+
+SKEINFORMER_PAPER = Paper("Sketching as a Tool for Understanding and Accelerating Self-attention for Long Sequences",
+                          "Chen, Zeng et al., NAACL 2022", "2112.05359")
 
 
 def real_mask(key_padding_mask: torch.Tensor | None, batch: int, seq_len: int, device: torch.device) -> torch.Tensor:
@@ -213,6 +208,9 @@ class Skeinformer(AttentionMethod):
     eq. (6) adaptive row normalisation, pilot sampling reutilisation."""
 
     name = "skeinformer"
+    paper = SKEINFORMER_PAPER
+    cost = "O(n d)"
+    budget_option = "num_samples"
     options_cls = SkeinformerOptions
     samples = True
 
@@ -243,6 +241,8 @@ class VMean(AttentionMethod):
     """(1/m) 1 1^T V (seed 000, section 5): every query outputs the mean of the real value rows."""
 
     name = "vmean"
+    paper = SKEINFORMER_PAPER
+    cost = "O(n)"
 
     def attend(self, q, k, v, key_padding_mask, scaling):
         batch, _, seq_len, _ = q.shape

@@ -48,16 +48,12 @@ import torch.nn.functional as F
 
 from ..registry import register_method
 from .base import (
-    AttentionMethod,
-    MethodOptions,
-    check_int,
-    check_positive,
-    compute_dtype,
-    pad_to_multiple,
-    random_bits,
-    uniform_real_positions,
+    AttentionMethod, MethodOptions, Paper, check_int, check_positive, compute_dtype, pad_to_multiple, random_bits, uniform_real_positions,
 )
 from .nystromformer import iterative_pinv
+
+SKYFORMER_PAPER = Paper("Skyformer: Remodel Self-Attention with Gaussian Kernel and Nyström Method",
+                        "Chen et al., NeurIPS 2021", "2111.00035")
 
 
 def gaussian_kernel(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -192,6 +188,8 @@ class KernelizedAttention(_GaussianKernelMethod):
     """kappa(Q / p^(1/4), K / p^(1/4)) V, exactly (seed 002, eq. 3; quadratic)."""
 
     name = "kernelized"
+    paper = SKYFORMER_PAPER
+    cost = "O(n^2)"
 
     def gaussian_attend(self, q, k, v, key_padding_mask, data_scale):
         return kernelized_attention(q, k, v, key_padding_mask, data_scale)
@@ -202,6 +200,10 @@ class Skyformer(_GaussianKernelMethod):
     """Modified Nystrom approximation of kernelized attention with d sampled landmarks (seed 002)."""
 
     name = "skyformer"
+    paper = SKYFORMER_PAPER
+    cost = "O(n d)"
+    budget_option = "num_landmarks"
+    exact_reference = "kernelized"
     options_cls = SkyformerOptions
     samples = True  # fresh landmarks every training step, seeded ones in eval
 

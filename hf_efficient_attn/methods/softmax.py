@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from ..registry import register_method
-from .base import AttentionMethod
+from .base import AttentionMethod, Paper
 
 
 def exact_attention(
@@ -22,6 +22,8 @@ class SoftmaxAttention(AttentionMethod):
     """Exact softmax attention (no options)."""
 
     name = "softmax"
+    paper = Paper("Attention Is All You Need", "Vaswani et al., NeurIPS 2017", "1706.03762")
+    cost = "O(n^2)"
 
     def attend(self, q, k, v, key_padding_mask, scaling):
         return exact_attention(q, k, v, key_padding_mask, scaling)

@@ -52,14 +52,7 @@ import torch.nn.functional as F
 
 from ..registry import register_method
 from .base import (
-    AttentionMethod,
-    AttentionShape,
-    MethodOptions,
-    apply_value_conv,
-    check_choice,
-    check_int,
-    compute_dtype,
-    depthwise_value_conv,
+    AttentionMethod, AttentionShape, MethodOptions, Paper, apply_value_conv, check_choice, check_int, compute_dtype, depthwise_value_conv,
 )
 
 #: eps under the square root of eq. (2) for ``gradient="exact"`` (section 1.4 adds "a small eps to
@@ -73,6 +66,9 @@ MIN_HADAMARD_SIZE = 32
 #: Largest tau for ``yoso``: codes are packed from bits exactly in fp32 (see _bits_to_codes).
 MAX_HASH_CODE_LEN = 24
 GRADIENTS = ("lower_bound", "exact")
+
+YOSO_PAPER = Paper("You Only Sample (Almost) Once: Linear Cost Self-Attention Via Bernoulli Sampling",
+                   "Zeng et al., ICML 2021", "2111.09714")
 
 
 def _check_conv_window(window: object) -> None:
@@ -450,6 +446,8 @@ class YosoE(_YosoBase):
     """YOSO-E: the expectation of YOSO, (1 - arccos(Q K^T)/pi)^tau V, computed exactly (O(n^2))."""
 
     name = "yoso_e"
+    paper = YOSO_PAPER
+    cost = "O(n^2)"
     options_cls = YosoEOptions
 
     def cumulate(self, q, k, v, mask):
@@ -462,6 +460,10 @@ class Yoso(_YosoBase):
     """YOSO: m LSH hashes of tau bits sample (1 - arccos(Q K^T)/pi)^tau V in O(n)."""
 
     name = "yoso"
+    paper = YOSO_PAPER
+    cost = "O(n m)"
+    budget_option = "num_hash"
+    exact_reference = "yoso_e"
     options_cls = YosoOptions
     samples = True  # fresh hashes every training step, fixed seeded ones in eval
 

@@ -19,7 +19,7 @@
    each per (text, head) N x D matrix, then averaged over texts, heads and layers; plus the
    wall time of the call. Methods that approximate another kernel (``approximates_softmax``
    False: YOSO, Skyformer, kernelized attention) are measured against softmax too, and also
-   against their own exact kernel where the package has it (:data:`KERNEL_REFERENCE`).
+   against their own exact kernel (the method class's ``exact_reference``).
 3. :func:`embedding_agreement` swaps the attention of the whole pretrained model without any
    training (as in seed 003, Table 1, "Before" column) and compares mean-pooled sentence
    embeddings with exact attention's.
@@ -29,13 +29,12 @@ Modules: ``budgets`` (the grid of budgets per method), ``capture`` (real Q/K/V),
 ``embeddings`` (whole-model agreement) and ``cli`` (the command line).
 """
 
-from .budgets import BUDGETS, budget_grid, budget_size
+from .budgets import SWEEPS, budget_grid, budget_size
 from .capture import capture_qkv, long_articles, tokenize_windows
 from .cli import main
 from .embeddings import EmbeddingAgreement, embedding_agreement, embedding_markdown
 from .errors import (
     EXACT,
-    KERNEL_REFERENCE,
     QualityResult,
     evaluate,
     evaluate_method,
@@ -47,9 +46,8 @@ from .errors import (
 from .report import check_claims, markdown_table, plot, rows
 
 __all__ = [
-    "BUDGETS",
+    "SWEEPS",
     "EXACT",
-    "KERNEL_REFERENCE",
     "EmbeddingAgreement",
     "QualityResult",
     "budget_grid",

@@ -1,5 +1,6 @@
-"""The budgets each method is measured at: its budget option, the values at a sequence length,
-and the comparable budget size d of seed 000 (sampled rows/columns, features, landmarks)."""
+"""The budgets each method is measured at: the values of its budget option (the method class's
+``budget_option``) at a sequence length, and the comparable budget size d of the Skeinformer paper
+(Chen, Zeng et al., NAACL 2022: sampled rows/columns, features, landmarks)."""
 
 from __future__ import annotations
 
@@ -7,14 +8,14 @@ import math
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from ..registry import list_methods
+from ..registry import get_method_class, list_methods
 
-#: Budget sizes d of seed 000, section 5: "from 2^3 to 2^8" sampled columns / rows / features /
+#: Budget sizes d of the Skeinformer paper, section 5: "from 2^3 to 2^8" sampled columns / rows / features /
 #: projection dimension.
 SIZES = (8, 16, 32, 64, 128, 256)
-#: MRA-2 budgets: high-resolution blocks per block row (seed 003, Alg. 1); the default is 4.
+#: MRA-2 budgets: high-resolution blocks per block row (MRA paper, Alg. 1); the default is 4.
 MRA_BLOCKS = (1, 2, 4, 8, 16, 32)
-#: YOSO budgets: number of hashes m (seed 001); the default is 32.
+#: YOSO budgets: number of hashes m (YOSO paper); the default is 32.
 YOSO_HASHES = (4, 8, 16, 32, 64, 128)
 
 
@@ -41,29 +42,25 @@ def _identity(value: Any, seq_len: int) -> Any:
 
 @dataclass(frozen=True)
 class BudgetOption:
-    """A method's budget option: its name, its values at a sequence length, and the comparable
-    budget size of a value (the d of seed 000: sampled rows/columns, features, landmarks)."""
+    """How a budget option is swept: its values at a sequence length, and the comparable budget
+    size of a value (the Skeinformer paper's d: sampled rows/columns, features, landmarks)."""
 
-    name: str
     values: Any  # seq_len -> list of option values
     size: Any = _identity  # (value, seq_len) -> budget size
 
 
-#: method -> its budget option (methods without one, e.g. ``softmax`` or ``vmean``, are measured
-#: at their defaults only).
-BUDGETS: dict[str, BudgetOption] = {
-    "skeinformer": BudgetOption("num_samples", _sizes),
-    # Informer's option is c of u = c ln n (seed 000 section 3.3.1); c is set so that u = d.
-    "informer": BudgetOption("factor", _informer_factors, _informer_size),
-    "linformer": BudgetOption("k", _sizes),
-    "performer": BudgetOption("num_features", _sizes),
-    "nystromformer": BudgetOption("num_landmarks", _sizes),
-    "skyformer": BudgetOption("num_landmarks", _sizes),
-    "mra2": BudgetOption("block_per_row", _mra_blocks),
-    "mra2_s": BudgetOption("block_per_row", _mra_blocks),
-    "yoso": BudgetOption("num_hash", lambda seq_len: list(YOSO_HASHES)),
+#: budget option (a method class's ``budget_option``) -> how it is swept. Methods without one
+#: (``softmax``, ``vmean``, exact kernels) are measured at their defaults only.
+SWEEPS: dict[str, BudgetOption] = {
+    "num_samples": BudgetOption(_sizes),
+    # Informer's option is c of u = c ln n (Skeinformer paper, section 3.3.1); c is set so that u = d.
+    "factor": BudgetOption(_informer_factors, _informer_size),
+    "k": BudgetOption(_sizes),
+    "num_features": BudgetOption(_sizes),
+    "num_landmarks": BudgetOption(_sizes),
+    "block_per_row": BudgetOption(_mra_blocks),
+    "num_hash": BudgetOption(lambda seq_len: list(YOSO_HASHES)),
 }
-
 
 
 def budget_grid(
@@ -82,11 +79,11 @@ def budget_grid(
         raise ValueError(f"unknown method(s) {unknown}; registered methods: {known}")
     grid: dict[str, tuple[str | None, list[Any]]] = {}
     for method in methods:
-        option = BUDGETS.get(method)
-        grid[method] = (option.name, list(option.values(seq_len))) if option else (None, [None])
+        option = get_method_class(method).budget_option
+        grid[method] = (option, list(SWEEPS[option].values(seq_len))) if option else (None, [None])
     return grid
 
 
 def budget_size(method: str, value: Any, seq_len: int) -> Any:
     """The comparable budget d of ``method`` at option value ``value`` (None without budget)."""
-    return None if value is None else BUDGETS[method].size(value, seq_len)
+    return None if value is None else SWEEPS[get_method_class(method).budget_option].size(value, seq_len)

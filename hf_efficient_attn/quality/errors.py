@@ -18,7 +18,6 @@ from ..registry import build_method, get_method_class
 from .budgets import budget_grid, budget_size
 
 #: Methods that approximate a kernel other than softmax -> the package's exact version of it.
-KERNEL_REFERENCE = {"yoso": "yoso_e", "skyformer": "kernelized"}
 
 #: Exact attention through SDPA; its own error is a sanity check (should be ~1e-7).
 EXACT = "softmax"
@@ -135,7 +134,7 @@ def evaluate_method(
     options = {} if option is None else {option: value}
     seq_len, batch = layers[0][0].shape[2], layers[0][0].shape[0]
     budget = None if option is None else budget_size(method, value, seq_len)
-    kernel = KERNEL_REFERENCE.get(method) if not cls.approximates_softmax else None
+    kernel = None if cls.exact_reference == EXACT else cls.exact_reference
     for name in {EXACT} | ({kernel} if kernel else set()):
         if name not in references:
             references[name] = exact_reference(layers, name)
