@@ -1,5 +1,6 @@
 """The budgets each method is measured at: its budget option, the values at a sequence length,
-and the comparable budget size d of seed 000 (sampled rows/columns, features, landmarks)."""
+and the comparable budget size d of the Skeinformer paper (Chen, Zeng et al. NAACL 2022: sampled
+rows/columns, features, landmarks)."""
 
 from __future__ import annotations
 
@@ -9,12 +10,12 @@ from typing import Any, Iterable
 
 from ..registry import list_methods
 
-#: Budget sizes d of seed 000, section 5: "from 2^3 to 2^8" sampled columns / rows / features /
+#: Budget sizes d of the Skeinformer paper, section 5: "from 2^3 to 2^8" sampled columns / rows / features /
 #: projection dimension.
 SIZES = (8, 16, 32, 64, 128, 256)
-#: MRA-2 budgets: high-resolution blocks per block row (seed 003, Alg. 1); the default is 4.
+#: MRA-2 budgets: high-resolution blocks per block row (MRA paper, Zeng et al. ICML 2022, Alg. 1); the default is 4.
 MRA_BLOCKS = (1, 2, 4, 8, 16, 32)
-#: YOSO budgets: number of hashes m (seed 001); the default is 32.
+#: YOSO budgets: number of hashes m (YOSO paper, Zeng et al. ICML 2021); the default is 32.
 YOSO_HASHES = (4, 8, 16, 32, 64, 128)
 
 
@@ -42,7 +43,7 @@ def _identity(value: Any, seq_len: int) -> Any:
 @dataclass(frozen=True)
 class BudgetOption:
     """A method's budget option: its name, its values at a sequence length, and the comparable
-    budget size of a value (the d of seed 000: sampled rows/columns, features, landmarks)."""
+    budget size of a value (the d of the Skeinformer paper: sampled rows/columns, features, landmarks)."""
 
     name: str
     values: Any  # seq_len -> list of option values
@@ -53,7 +54,7 @@ class BudgetOption:
 #: at their defaults only).
 BUDGETS: dict[str, BudgetOption] = {
     "skeinformer": BudgetOption("num_samples", _sizes),
-    # Informer's option is c of u = c ln n (seed 000 section 3.3.1); c is set so that u = d.
+    # Informer's option is c of u = c ln n (Skeinformer paper, section 3.3.1); c is set so that u = d.
     "informer": BudgetOption("factor", _informer_factors, _informer_size),
     "linformer": BudgetOption("k", _sizes),
     "performer": BudgetOption("num_features", _sizes),
