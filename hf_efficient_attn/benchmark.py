@@ -25,8 +25,8 @@ Two benchmarks, each a table (markdown + csv), the raw measurements (json) and a
 A method is given as ``NAME`` or ``NAME:OPTION=VALUE,...`` (e.g. ``mra2:backend=flex``).
 A process times the median of ``--repeats`` calls after ``--warmup`` untimed calls: one for the
 attention (it compiles compiled kernels), two for ``--model``, whose first step allocates the
-optimizer state and whose second still grows the heap to its working size (at 4096 tokens the first
-steps fault in about 200k, then 50-80k pages, later ones none), so that the timed step is a steady-
+optimizer state and whose second still grows the heap to its working size (the first steps fault
+in many pages, later ones none; counts in docs/benchmarks.md), so that the timed step is a steady-
 state one, like almost every step of a training run. With ``--rounds`` R > 1 every time is taken R
 times, each round measuring every job once in turn, and the median is reported; ratios (speed-up,
 time over the floor) are the medians of the per-round ratios, so that a machine whose speed drifts

@@ -3,12 +3,12 @@
 By default glibc gives blocks above its mmap threshold (128 KiB, rising with use to at most 32 MiB)
 their own mapping and unmaps them when freed, and returns freed memory at the top of its heap to
 the system. A training step at thousands of tokens allocates and frees hundreds of MB of
-activations and gradients, so each step faults every page of them in again: measured here at
-16384 tokens (roberta-base width, 2 threads), 1.6 million page faults and 4-6 s of system time per
-step, for every attention method. PyTorch's CPU performance tuning guide advises an allocator that
-keeps freed memory (jemalloc or tcmalloc, preloaded); glibc's own ``mallopt`` does the same
-without a preload, which is what :func:`keep_freed_memory` does. Cost: the resident set stays at
-the step's peak between steps (measured: peak 2.58 vs 2.41 GB for a 2-layer MRA-2 step at 8192).
+activations and gradients, so each step faults every page of them in again, which costs seconds of
+system time per step at long lengths, for every attention method (the measurements are in
+docs/benchmarks.md and docs/long_models_mlm.md, not here: they belong to one machine). PyTorch's
+CPU performance tuning guide advises an allocator that keeps freed memory (jemalloc or tcmalloc,
+preloaded); glibc's own ``mallopt`` does the same without a preload, which is what
+:func:`keep_freed_memory` does. Cost: the resident set stays at the step's peak between steps.
 
 ``mallopt`` is called through ctypes because Python has no binding for it.
 """

@@ -443,7 +443,7 @@ def test_recipes_parse(name, tmp_path):
 
 
 def test_mnli_recipe_has_the_papers_settings():
-    """Seed 003, Table 8 (RoBERTa-base, MNLI): 512 tokens, batch 32, lr 3e-5, 4 epochs."""
+    """The MRA paper's Table 8 (Zeng et al. ICML 2022; RoBERTa-base, MNLI): 512 tokens, batch 32, lr 3e-5, 4 epochs."""
     for name, processes in (("glue-mnli-roberta-base-mra2.json", 1), ("glue-mnli-roberta-base-mra2-8gpu.json", 8)):
         with open(os.path.join(RECIPES, name)) as f:
             recipe = json.load(f)

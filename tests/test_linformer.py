@@ -1,4 +1,4 @@
-"""Linformer (seed 004): exactness limit, projections, sharing levels, length limit."""
+"""Linformer (Wang et al. 2020): exactness limit, projections, sharing levels, length limit."""
 
 import pytest
 import torch

@@ -1,4 +1,4 @@
-"""MRA-2 and MRA-2-s (seed 003): exactness limit, a dense reference of the method's formula,
+"""MRA-2 and MRA-2-s (Zeng et al., ICML 2022): exactness limit, a dense reference of the method's formula,
 block selection, padding, gradients and the flex backend."""
 
 import math

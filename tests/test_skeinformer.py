@@ -1,4 +1,4 @@
-"""Skeinformer and V-Mean (seed 000): exactness limits, dense float64 references of eqs. (5)-(6)
+"""Skeinformer and V-Mean (Chen, Zeng et al., NAACL 2022): exactness limits, dense float64 references of eqs. (5)-(6)
 and of the ablations, the without-replacement sampler, pilot reutilisation, padding."""
 
 import itertools

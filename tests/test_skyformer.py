@@ -1,4 +1,4 @@
-"""Kernelized attention and Skyformer (seed 002): dense float64 references, the exactness limit of
+"""Kernelized attention and Skyformer (Chen et al., NeurIPS 2021): dense float64 references, the exactness limit of
 the modified Nystrom method, convergence in the number of landmarks, landmark sampling."""
 
 import pytest

@@ -449,7 +449,7 @@ WIKIHOP_RECIPES = sorted(n for n in os.listdir(RECIPES) if n.startswith("wikihop
 
 @pytest.mark.parametrize("name", WIKIHOP_RECIPES)
 def test_recipes(name, tmp_path, monkeypatch):
-    """Every key is a flag of finetune_wikihop.py; the RoBERTa-base recipes have seed 003's Table 8
+    """Every key is a flag of finetune_wikihop.py; the RoBERTa-base recipes have the MRA paper's Table 8
     settings (4096 tokens, global batch 32 on 1 or 8 GPUs, lr 5e-5, 15 epochs); the CPU recipe
     parses whole (the GPU ones ask for bf16, which TrainingArguments refuses without a GPU here)."""
     from transformers import TrainingArguments

@@ -1,4 +1,4 @@
-"""YOSO / YOSO-E (seed 001): hashing, exactness against dense float64 formulas, the eq. (3)
+"""YOSO / YOSO-E (Zeng et al., ICML 2021, appendix): hashing, exactness against dense float64 formulas, the eq. (3)
 backward, convergence of the sampled method to its expectation, padding and the convolution."""
 
 import math
@@ -47,7 +47,7 @@ def dense_weights(q, k, tau, mask=None):
 
 
 def eq3_gradients(q, k, v, grad, weights, tau):
-    """Seed 001 eq. (3) with weight matrix B (dense): dQ, dK of the lower bound, dV = B^T dY."""
+    """The YOSO appendix's eq. (3) with weight matrix B (dense): dQ, dK of the lower bound, dV = B^T dY."""
     slope = (grad @ v.transpose(-1, -2)) * weights * (tau / 2)
     return slope @ k, slope.transpose(-1, -2) @ q, weights.transpose(-1, -2) @ grad
 

@@ -1,7 +1,8 @@
-"""ProbSparse self-attention of Informer (Zhou et al., AAAI 2021), the baseline of seed 000
-(section 3.3.1; Table 1 "Informer · w/ padding mask", made padding-aware as section 4.4 says).
+"""ProbSparse self-attention of Informer (Zhou et al., AAAI 2021), the baseline of the
+Skeinformer paper (Chen, Zeng et al., NAACL 2022, section 3.3.1; Table 1 "Informer · w/ padding
+mask", made padding-aware as section 4.4 says).
 
-For every query the sparsity measurement (Informer eq. 4, seed 000 section 3.3.1)
+For every query the sparsity measurement (Informer eq. 4, Skeinformer paper section 3.3.1)
 
     M(q_i, K) = max_j (q_i k_j s) - mean_j (q_i k_j s)
 

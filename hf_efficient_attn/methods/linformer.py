@@ -1,7 +1,8 @@
-"""Linformer: low-rank attention through learned sequence projections (seed 004, Wang et al. 2020).
+"""Linformer: low-rank attention through learned sequence projections (Wang et al., "Linformer:
+Self-Attention with Linear Complexity", 2020).
 
 Keys and values are projected along the sequence axis by learnable matrices E, F of shape
-(k, max_seq_len), Eq. (7) of seed 004 section 4::
+(k, max_seq_len), Eq. (7) of the paper's section 4::
 
     head = softmax(Q (E K)^T * scaling) (F V)          # (n x k) context mapping P-bar
 
@@ -23,17 +24,17 @@ from .base import (
     AttentionMethod, AttentionShape, METHOD_ATTRIBUTE, MethodOptions, Paper, check_choice, check_int, is_tracing,
 )
 
-#: Sharing levels of seed 004, section 4 "Parameter sharing between projections", plus "none"
+#: Sharing levels of the Linformer paper, section 4 "Parameter sharing between projections", plus "none"
 #: (separate E_i, F_i for every head i, the unshared form of Eq. (7)).
 SHARING_MODES = ("none", "headwise", "key-value", "layerwise")
 
 
 @dataclass
 class LinformerOptions(MethodOptions):
-    # Projected dimension k. Seed 004, section 5.1 (Fig. 3(d)) holds k = 256 fixed for
+    # Projected dimension k. Linformer paper, section 5.1 (Fig. 3(d)) holds k = 256 fixed for
     # n = 512..4096, and Table 2 shows k = 256 matching or beating RoBERTa for n = 512 and 1024.
     k: int = 256
-    # Seed 004, section 5.2 / Table 2: layerwise sharing (a single E for all layers, heads, keys
+    # Linformer paper, section 5.2 / Table 2: layerwise sharing (a single E for all layers, heads, keys
     # and values) "exhibits the best accuracy result of all three parameter sharing strategies",
     # and it is the variant benchmarked in Table 3.
     sharing: str = "layerwise"
@@ -74,7 +75,7 @@ class _FirstLayer:
 
 @register_method
 class Linformer(AttentionMethod):
-    """softmax(Q (E K)^T * scaling) (F V) with learnable E, F: (k, max_seq_len) (seed 004, Eq. 7)."""
+    """softmax(Q (E K)^T * scaling) (F V) with learnable E, F: (k, max_seq_len) (Linformer, Eq. 7)."""
 
     name = "linformer"
     paper = Paper("Linformer: Self-Attention with Linear Complexity", "Wang et al., 2020", "2006.04768")

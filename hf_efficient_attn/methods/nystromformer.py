@@ -1,7 +1,7 @@
 """Nystromformer: softmax attention by the Nystrom method on segment-mean landmarks.
 
 Xiong et al., "Nystromformer: A Nystrom-Based Algorithm for Approximating Self-Attention",
-AAAI 2021 (a baseline in seeds 002 and 003). With m landmarks Q~, K~ (means of m segments of
+AAAI 2021 (a baseline of the Skyformer and MRA papers). With m landmarks Q~, K~ (means of m segments of
 the sequence) and s = scaling::
 
     F = softmax(Q K~^T s)   (n x m)      A = softmax(Q~ K~^T s)   (m x m)
@@ -39,12 +39,12 @@ from .base import (
 def iterative_pinv(mat: torch.Tensor, iterations: int, spectral_norm_at_most_one: bool = False) -> torch.Tensor:
     """Moore-Penrose pseudo-inverse of square matrices (..., m, m) by the order-3 iteration of
     Razavi et al. (2014) used by Nystromformer (Xiong et al. 2021, section 3) and Skyformer
-    (seed 002, section 4.4).
+    (Chen et al., NeurIPS 2021, section 4.4).
 
     Z_0 = A^T / (||A||_1 ||A||_inf) per matrix (Razavi et al.'s choice). For a row-stochastic
     softmax A, ||A||_inf = 1 and this is the official code's 1 / (largest column sum), which the
     official code takes over the whole batch (coupling batch elements) and we per matrix. With
-    ``spectral_norm_at_most_one`` (Skyformer's normalised matrix, seed 002 Lemma 3) Z_0 = A^T /
+    ``spectral_norm_at_most_one`` (Skyformer's normalised matrix, its Lemma 3) Z_0 = A^T /
     ||A||_1, the official Skyformer choice, which converges since ||A||_2 <= 1.
     Every Z_j is A^T times a polynomial in A A^T, so the iteration converges to A^+ also for a
     singular A; the error I - A Z_j of an eigen-direction shrinks as (1 - x)^3 (4 - x) / 4.

@@ -1,7 +1,7 @@
 """Performer / FAVOR+ (Choromanski et al., "Rethinking Attention with Performers", ICLR 2021).
 
-A baseline of the seed papers (seed 000 appendix: 256 features). No seed file: section numbers
-refer to the Performer paper (arXiv 2009.14794). softmax(Q K^T * scaling) V is estimated with
+A baseline of the Skeinformer paper (Chen, Zeng et al., NAACL 2022; its appendix: 256 features).
+Section numbers refer to the Performer paper (arXiv 2009.14794). softmax(Q K^T * scaling) V is estimated with
 positive random features (section 2.3, Lemma 1)::
 
     exp(x^T y) = E_w[phi(x)^T phi(y)],  phi(x) = exp(w^T x - |x|^2 / 2) / sqrt(m),  w ~ N(0, I_d)
@@ -30,7 +30,7 @@ FEATURE_EPS = 1e-6
 @dataclass
 class PerformerOptions(MethodOptions):
     # m: ``nb_features=256`` in the official make_fast_softmax_attention, and the 256 features
-    # used for Performer in seed 000 (appendix, comparable-computation setting).
+    # used for Performer in the Skeinformer paper (appendix, comparable-computation setting).
     num_features: int = 256
     # Draws the fixed features of each layer (layer i uses seed + 1000 * i, see
     # AttentionMethod.seeded_draws).

@@ -1,4 +1,4 @@
-"""Skeinformer and V-Mean (seed 000: Chen, Zeng et al., "Sketching as a Tool for Understanding and
+"""Skeinformer and V-Mean (Chen, Zeng et al., "Sketching as a Tool for Understanding and
 Accelerating Self-attention for Long Sequences", NAACL 2022).
 
 ``skeinformer`` is Algorithm 1. With B = D^-1 A = softmax(Q K^T s) and d = ``num_samples``:
@@ -238,7 +238,7 @@ class Skeinformer(AttentionMethod):
 
 @register_method
 class VMean(AttentionMethod):
-    """(1/m) 1 1^T V (seed 000, section 5): every query outputs the mean of the real value rows."""
+    """(1/m) 1 1^T V (Skeinformer paper, section 5): every query outputs the mean of the real value rows."""
 
     name = "vmean"
     paper = SKEINFORMER_PAPER

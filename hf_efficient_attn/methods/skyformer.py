@@ -1,4 +1,4 @@
-"""Kernelized attention and Skyformer (seed 002: Chen et al., "Skyformer: Remodel Self-Attention
+"""Kernelized attention and Skyformer (Chen et al., "Skyformer: Remodel Self-Attention
 with Gaussian Kernel and Nystrom Method", NeurIPS 2021).
 
 ``kernelized`` (section 4.1, eq. 3) replaces softmax by a Gaussian kernel::
@@ -150,7 +150,7 @@ def skyformer_attention(
 
 @dataclass
 class SkyformerOptions(MethodOptions):
-    # d, the columns of S (the paper's and official code's nb_features). Seed 002, section 5,
+    # d, the columns of S (the paper's and official code's nb_features). Skyformer paper, section 5,
     # Implementation Details: "we control the number of features to be 128 used in all methods".
     num_landmarks: int = 128
     # Indicator vectors summed per column of S; 1 in every official LRA config.
@@ -185,7 +185,7 @@ class _GaussianKernelMethod(AttentionMethod):
 
 @register_method
 class KernelizedAttention(_GaussianKernelMethod):
-    """kappa(Q / p^(1/4), K / p^(1/4)) V, exactly (seed 002, eq. 3; quadratic)."""
+    """kappa(Q / p^(1/4), K / p^(1/4)) V, exactly (Skyformer paper, eq. 3; quadratic)."""
 
     name = "kernelized"
     paper = SKYFORMER_PAPER
@@ -197,7 +197,7 @@ class KernelizedAttention(_GaussianKernelMethod):
 
 @register_method
 class Skyformer(_GaussianKernelMethod):
-    """Modified Nystrom approximation of kernelized attention with d sampled landmarks (seed 002)."""
+    """Modified Nystrom approximation of kernelized attention with d sampled landmarks (Skyformer paper, eqs. 5-6)."""
 
     name = "skyformer"
     paper = SKYFORMER_PAPER

@@ -1,6 +1,6 @@
 """YOSO: attention by LSH Bernoulli sampling (Zeng et al., "You Only Sample (Almost) Once", ICML 2021).
 
-Seed 001 is the paper's appendix; sections below are its sections. Queries and keys are
+Sections below are those of the paper's appendix. Queries and keys are
 l2-normalised (section 1.1 assumes unit norms), and the weight of a query-key pair is the
 probability that a tau-bit hyperplane hash puts both in the same bucket (section 1.2)::
 

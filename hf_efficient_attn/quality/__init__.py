@@ -9,9 +9,11 @@
 2. :func:`evaluate_method` runs a method (eval mode, ``scaling = D**-0.5``) on each layer's
    captured (B, H, N, D) tensors and compares it with exact attention computed in float64:
 
-   - relative Frobenius error ``||A V - R||_F / ||A V||_F`` (MRA, seed 003 section 5.1), and
-   - relative spectral-norm error ``||A V - R||_2 / ||A V||_2`` (Skeinformer, seed 000
-     section 5 and Skyformer, seed 002 section 5, report the spectral norm ``||B V - R||_2``
+   - relative Frobenius error ``||A V - R||_F / ||A V||_F`` (the MRA paper, Zeng et al.
+     ICML 2022, section 5.1), and
+   - relative spectral-norm error ``||A V - R||_2 / ||A V||_2`` (Skeinformer, Chen, Zeng et al.
+     NAACL 2022, section 5, and Skyformer, Chen et al. NeurIPS 2021, section 5, report the
+     spectral norm ``||B V - R||_2``
      of the difference, with ``B = D^-1 A``, as a "percentage score"; we divide by
      ``||B V||_2`` so that heads of different scale average sensibly; the absolute value is
      kept as ``spec_abs``),
@@ -21,7 +23,7 @@
    False: YOSO, Skyformer, kernelized attention) are measured against softmax too, and also
    against their own exact kernel (the method class's ``exact_reference``).
 3. :func:`embedding_agreement` swaps the attention of the whole pretrained model without any
-   training (as in seed 003, Table 1, "Before" column) and compares mean-pooled sentence
+   training (as in the MRA paper's Table 1, "Before" column) and compares mean-pooled sentence
    embeddings with exact attention's.
 
 Modules: ``budgets`` (the grid of budgets per method), ``capture`` (real Q/K/V), ``errors``

@@ -92,7 +92,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             "only to obtain realistic Q/K/V statistics at long lengths. Errors per (text, head) N x D output "
             "matrix against exact softmax in float64, averaged over "
             f"{args.num_texts} texts x all heads x all layers (± = standard error). Relative spectral error "
-            "= ||AV - R||_2 / ||AV||_2 (seed 000 reports ||BV - R||_2; the absolute value is in the CSV as "
+            "= ||AV - R||_2 / ||AV||_2 (the Skeinformer paper, Chen, Zeng et al. NAACL 2022, reports ||BV - R||_2; "
+            "the absolute value is in the CSV as "
             "spec_abs). Time: wall time of one layer's call (all heads) per sequence, fastest of "
             f"{args.repeats} calls after a warm-up, median over layers, CPU, "
             f"{args.threads} threads. Methods marked (not softmax) approximate another kernel by design; "
@@ -115,7 +116,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             "## Embeddings of the whole model with its attention swapped, no training",
             "",
             "Each method at its defaults replaces every layer's attention of the pretrained checkpoint "
-            "(as seed 003, Table 1, 'Before' finetuning); mean-pooled last hidden states over real tokens "
+            "(as the MRA paper, Zeng et al. ICML 2022, Table 1, 'Before' finetuning); "
+            "mean-pooled last hidden states over real tokens "
             "compared with the unmodified model's. Padded batches. A method whose budget covers a short "
             "input is exact there (e.g. MRA-2's 4 x 32-token blocks per row, Skeinformer's 256 samples).",
             "",

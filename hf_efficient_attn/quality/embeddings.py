@@ -1,5 +1,5 @@
 """Swap the attention of a whole pretrained checkpoint, without training, and compare its
-sentence embeddings with exact attention's (seed 003, Table 1, "Before")."""
+sentence embeddings with exact attention's (the MRA paper, Zeng et al. ICML 2022, Table 1, "Before")."""
 
 from __future__ import annotations
 

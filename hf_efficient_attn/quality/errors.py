@@ -65,7 +65,7 @@ class QualityResult:
     budget: Any  # comparable size d (sampled rows/columns, features, landmarks, MRA blocks per row)
     fro: float  # mean relative Frobenius error vs exact softmax
     spec: float  # mean relative spectral error vs exact softmax
-    spec_abs: float  # mean absolute spectral error vs exact softmax (seed 000's ||BV - R||_2)
+    spec_abs: float  # mean absolute spectral error vs exact softmax (the Skeinformer paper's ||BV - R||_2)
     fro_sem: float  # standard error of ``fro`` over layers x texts x heads
     ms: float  # wall time per sequence for one layer (all heads): best of repeats, median over layers
     exact_ms: float  # same for exact attention (SDPA) on the same inputs

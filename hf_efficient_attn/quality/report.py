@@ -1,4 +1,4 @@
-"""Reporting quality results: CSV rows, markdown tables, the seed papers' claims, the plot."""
+"""Reporting quality results: CSV rows, markdown tables, the papers' claims, the plot."""
 
 from __future__ import annotations
 
@@ -68,13 +68,13 @@ def _ok(results: Iterable[QualityResult], method: str) -> list[QualityResult]:
 
 
 def check_claims(results: Sequence[QualityResult]) -> list[str]:
-    """The seed papers' qualitative claims, checked on ``results``; one line each, per n."""
+    """The papers' qualitative claims, checked on ``results``; one line each, per n."""
     lines = []
     for seq_len in sorted({r.seq_len for r in results}):
         res = [r for r in results if r.seq_len == seq_len and not r.error]
         approx = [r for r in res if r.approximates_softmax and r.method != EXACT]
         lines.append(f"n = {seq_len}:")
-        # (1) MRA-2 most accurate per unit of time (seed 003, Fig. 4): the Pareto front of
+        # (1) MRA-2 most accurate per unit of time (MRA paper, Zeng et al. ICML 2022, Fig. 4): the Pareto front of
         # (time, Frobenius error) among softmax approximations.
         # V-Mean is left out: it is the floor (3), a budget-free baseline, not an approximation.
         candidates = [r for r in approx if r.method != "vmean"]
@@ -98,7 +98,8 @@ def check_claims(results: Sequence[QualityResult]) -> list[str]:
             "  Pareto front (ms, Frobenius; V-Mean excluded): "
             + ", ".join(f"{r.method}[{r.budget}] ({r.ms:.2f}, {r.fro:.3f})" for r in front)
         )
-        # (2) Skeinformer beats Informer and Linformer at equal budget d (seed 000, Fig. 1).
+        # (2) Skeinformer beats Informer and Linformer at equal budget d
+        # (Skeinformer paper, Chen, Zeng et al. NAACL 2022, Fig. 1).
         skein = {r.budget: r for r in _ok(res, "skeinformer")}
         for rival in ("informer", "linformer"):
             rivals = {r.budget: r for r in _ok(res, rival)}
@@ -109,7 +110,7 @@ def check_claims(results: Sequence[QualityResult]) -> list[str]:
                     f"  Skeinformer < {rival} (spectral, equal d): wins at {len(wins)}/{len(common)} budgets "
                     + "(" + ", ".join(f"d={d}: {skein[d].spec:.3f} vs {rivals[d].spec:.3f}" for d in common) + ")"
                 )
-        # (3) V-Mean is a reasonable floor (seed 000, Fig. 1).
+        # (3) V-Mean is a reasonable floor (Skeinformer paper, Fig. 1).
         vmean = _ok(res, "vmean")
         if vmean:
             floor = vmean[0]
