@@ -49,15 +49,14 @@ class BudgetOption:
     size: Any = _identity  # (value, seq_len) -> budget size
 
 
-#: budget option (a method class's ``budget_option``) -> how it is swept. Methods without one
-#: (``softmax``, ``vmean``, exact kernels) are measured at their defaults only.
+#: How a budget option (a method class's ``budget_option``) is swept: over the sizes d themselves
+#: (sampled rows/columns, features, landmarks, projection dimension), except for the options of
+#: :data:`SWEEPS`. Methods without a budget option (``softmax``, ``vmean``, exact kernels) are
+#: measured at their defaults only.
+SIZE_SWEEP = BudgetOption(_sizes)
 SWEEPS: dict[str, BudgetOption] = {
-    "num_samples": BudgetOption(_sizes),
     # Informer's option is c of u = c ln n (Skeinformer paper, section 3.3.1); c is set so that u = d.
     "factor": BudgetOption(_informer_factors, _informer_size),
-    "k": BudgetOption(_sizes),
-    "num_features": BudgetOption(_sizes),
-    "num_landmarks": BudgetOption(_sizes),
     "block_per_row": BudgetOption(_mra_blocks),
     "num_hash": BudgetOption(lambda seq_len: list(YOSO_HASHES)),
 }
@@ -80,10 +79,14 @@ def budget_grid(
     grid: dict[str, tuple[str | None, list[Any]]] = {}
     for method in methods:
         option = get_method_class(method).budget_option
-        grid[method] = (option, list(SWEEPS[option].values(seq_len))) if option else (None, [None])
+        grid[method] = (option, list(sweep_of(option).values(seq_len))) if option else (None, [None])
     return grid
 
 
 def budget_size(method: str, value: Any, seq_len: int) -> Any:
     """The comparable budget d of ``method`` at option value ``value`` (None without budget)."""
-    return None if value is None else SWEEPS[get_method_class(method).budget_option].size(value, seq_len)
+    return None if value is None else sweep_of(get_method_class(method).budget_option).size(value, seq_len)
+
+
+def sweep_of(option: str) -> BudgetOption:
+    return SWEEPS.get(option, SIZE_SWEEP)
