@@ -25,3 +25,18 @@ def test_the_main_job_command_runs_a_script_of_this_repository():
     command = _first_bash_block_after(readme, "**Run the main job**")
     script = re.search(r"python (scripts/\S+\.py)", command).group(1)
     assert (REPO / script).is_file()
+
+
+def test_the_methods_table_lists_every_method_with_the_cost_its_class_states():
+    """The README's methods table is written by hand; the method classes hold the metadata
+    (``cost``, ``paper``): they must agree, row for row."""
+    import hf_efficient_attn as hea
+    from hf_efficient_attn.registry import get_method_class
+
+    readme = (REPO / "README.md").read_text()
+    rows = re.findall(r"^\| \[`(\w+)`\]\([^)]*\) \| ([^|]*) \| ([^|]*) \|", readme, re.M)
+    assert sorted(name for name, _, _ in rows) == hea.list_methods()
+    for name, paper, cost in rows:
+        cls = get_method_class(name)
+        assert cost.strip() == cls.cost, name
+        assert paper.startswith("same paper") or cls.paper.venue.split(",")[0].split()[0] in paper, (name, paper)

@@ -100,7 +100,7 @@ class Informer(AttentionMethod):
     name = "informer"
     paper = Paper("Informer: Beyond Efficient Transformer for Long Sequence Time-Series Forecasting",
                   "Zhou et al., AAAI 2021", "2012.07436")
-    cost = "O(n log n)"
+    cost = "O(n c ln n · d)"
     budget_option = "factor"
     options_cls = InformerOptions
     samples = True

@@ -79,7 +79,7 @@ class Linformer(AttentionMethod):
 
     name = "linformer"
     paper = Paper("Linformer: Self-Attention with Linear Complexity", "Wang et al., 2020", "2006.04768")
-    cost = "O(n k)"
+    cost = "O(n k d)"
     budget_option = "k"
     options_cls = LinformerOptions
     length_bound = True

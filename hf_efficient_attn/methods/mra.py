@@ -432,7 +432,7 @@ class Mra2(_MraBase):
 
     name = "mra2"
     paper = MRA_PAPER
-    cost = "O(n b r + (n/b)^2)"
+    cost = "O((n/b)² d + n k b d)"
     budget_option = "block_per_row"
     low_resolution = True
 
@@ -443,6 +443,6 @@ class Mra2Sparse(_MraBase):
 
     name = "mra2_s"
     paper = MRA_PAPER
-    cost = "O(n b r)"
+    cost = "O(n k b d)"
     budget_option = "block_per_row"
     low_resolution = False

@@ -156,7 +156,7 @@ class Nystromformer(AttentionMethod):
     name = "nystromformer"
     paper = Paper("Nyströmformer: A Nyström-Based Algorithm for Approximating Self-Attention",
                   "Xiong et al., AAAI 2021", "2102.03902")
-    cost = "O(n m)"
+    cost = "O(n l d + l³)"
     budget_option = "num_landmarks"
     options_cls = NystromformerOptions
 

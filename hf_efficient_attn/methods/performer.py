@@ -104,7 +104,7 @@ class Performer(AttentionMethod):
 
     name = "performer"
     paper = Paper("Rethinking Attention with Performers", "Choromanski et al., ICLR 2021", "2009.14794")
-    cost = "O(n m)"
+    cost = "O(n r d)"
     budget_option = "num_features"
     options_cls = PerformerOptions
     samples = True  # random features (fixed from ``seed``; redrawn in training with ``redraw``)

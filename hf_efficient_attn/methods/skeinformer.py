@@ -209,7 +209,7 @@ class Skeinformer(AttentionMethod):
 
     name = "skeinformer"
     paper = SKEINFORMER_PAPER
-    cost = "O(n d)"
+    cost = "O(n s d)"
     budget_option = "num_samples"
     options_cls = SkeinformerOptions
     samples = True
@@ -242,7 +242,7 @@ class VMean(AttentionMethod):
 
     name = "vmean"
     paper = SKEINFORMER_PAPER
-    cost = "O(n)"
+    cost = "O(n d)"
 
     def attend(self, q, k, v, key_padding_mask, scaling):
         batch, _, seq_len, _ = q.shape

@@ -189,7 +189,7 @@ class KernelizedAttention(_GaussianKernelMethod):
 
     name = "kernelized"
     paper = SKYFORMER_PAPER
-    cost = "O(n^2)"
+    cost = "O(n² d)"
 
     def gaussian_attend(self, q, k, v, key_padding_mask, data_scale):
         return kernelized_attention(q, k, v, key_padding_mask, data_scale)
@@ -201,7 +201,7 @@ class Skyformer(_GaussianKernelMethod):
 
     name = "skyformer"
     paper = SKYFORMER_PAPER
-    cost = "O(n d)"
+    cost = "O(n s d + s³)"
     budget_option = "num_landmarks"
     exact_reference = "kernelized"
     options_cls = SkyformerOptions

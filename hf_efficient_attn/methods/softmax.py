@@ -23,7 +23,7 @@ class SoftmaxAttention(AttentionMethod):
 
     name = "softmax"
     paper = Paper("Attention Is All You Need", "Vaswani et al., NeurIPS 2017", "1706.03762")
-    cost = "O(n^2)"
+    cost = "O(n² d)"
 
     def attend(self, q, k, v, key_padding_mask, scaling):
         return exact_attention(q, k, v, key_padding_mask, scaling)

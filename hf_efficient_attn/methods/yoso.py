@@ -447,7 +447,7 @@ class YosoE(_YosoBase):
 
     name = "yoso_e"
     paper = YOSO_PAPER
-    cost = "O(n^2)"
+    cost = "O(n² d)"
     options_cls = YosoEOptions
 
     def cumulate(self, q, k, v, mask):
@@ -461,7 +461,7 @@ class Yoso(_YosoBase):
 
     name = "yoso"
     paper = YOSO_PAPER
-    cost = "O(n m)"
+    cost = "O(n m τ d)"
     budget_option = "num_hash"
     exact_reference = "yoso_e"
     options_cls = YosoOptions
