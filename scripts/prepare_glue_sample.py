@@ -6,18 +6,26 @@ validation.csv in SST-2's layout (sentence,label) for scripts/finetune_glue.py:
     python scripts/prepare_glue_sample.py --sample newsgroups --output_dir outputs/newsgroups
 """
 
-import argparse
+from dataclasses import dataclass, field
 
 from hf_efficient_attn.cli_errors import run_cli
+from hf_efficient_attn.training.args import check_choice, check_positive_flags, parse_arguments
 from hf_efficient_attn.training.glue import OFFLINE_SAMPLES, write_offline_sample
 
 
+@dataclass
+class SampleArguments:
+    sample: str = field(metadata={"help": f"Which real labelled text: {', '.join(OFFLINE_SAMPLES)}."})
+    output_dir: str = field(metadata={"help": "Folder for train.csv and validation.csv."})
+    validation_every: int = field(default=4, metadata={"help": "Hold out every n-th example of each label."})
+
+    def __post_init__(self):
+        check_choice("sample", self.sample, OFFLINE_SAMPLES)
+        check_positive_flags(self, "validation_every")
+
+
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sample", required=True, choices=OFFLINE_SAMPLES, help="which real labelled text")
-    parser.add_argument("--output_dir", required=True, help="folder for train.csv and validation.csv")
-    parser.add_argument("--validation_every", type=int, default=4, help="hold out every n-th example of each label")
-    args = parser.parse_args(argv)
+    (args,) = parse_arguments([SampleArguments], argv, description=__doc__)
     counts = write_offline_sample(args.sample, args.output_dir, args.validation_every)
     print(f"wrote {counts['train']} training and {counts['validation']} validation examples to {args.output_dir}")
 

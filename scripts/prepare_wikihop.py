@@ -8,18 +8,26 @@ then synthetic ones):
     python scripts/prepare_wikihop.py --output_dir outputs/wikihop
 """
 
-import argparse
+from dataclasses import asdict, dataclass, field
 
 from hf_efficient_attn.cli_errors import run_cli
 from hf_efficient_attn.data.qangaroo import write_wikihop_files
+from hf_efficient_attn.training.args import check_positive_flags, parse_arguments
+
+
+@dataclass
+class WikiHopFilesArguments:
+    output_dir: str = field(metadata={"help": "Folder for train.json and dev.json."})
+    train_examples: int = field(default=256, metadata={"help": "Synthetic training examples."})
+    dev_examples: int = field(default=64, metadata={"help": "Synthetic examples after the 2 real ones."})
+
+    def __post_init__(self):
+        check_positive_flags(self, "train_examples", "dev_examples")
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--output_dir", required=True, help="folder for train.json and dev.json")
-    parser.add_argument("--train_examples", type=int, default=256, help="synthetic training examples")
-    parser.add_argument("--dev_examples", type=int, default=64, help="synthetic examples after the 2 real ones")
-    counts = write_wikihop_files(**vars(parser.parse_args(argv)))
+    (args,) = parse_arguments([WikiHopFilesArguments], argv, description=__doc__)
+    counts = write_wikihop_files(**asdict(args))
     print(f"wrote {counts['train']} training and {counts['dev']} development examples")
 
 

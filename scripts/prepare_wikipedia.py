@@ -5,18 +5,28 @@ train.jsonl / validation.jsonl for scripts/pretrain_mlm.py (one whole article pe
     python scripts/prepare_wikipedia.py --output_dir outputs/wikipedia
 """
 
-import argparse
+from dataclasses import asdict, dataclass, field
 
 from hf_efficient_attn.cli_errors import run_cli
+from hf_efficient_attn.training.args import check_positive_flags, parse_arguments
 from hf_efficient_attn.training.data import write_wikipedia_jsonl
 
 
+@dataclass
+class WikipediaFilesArguments:
+    output_dir: str = field(metadata={"help": "Folder for train.jsonl and validation.jsonl."})
+    validation_articles: int = field(default=8, metadata={"help": "Articles held out (the last ones)."})
+    min_words: int = field(default=0, metadata={"help": "Keep only articles with at least this many words."})
+
+    def __post_init__(self):
+        check_positive_flags(self, "validation_articles")
+        if self.min_words < 0:
+            raise ValueError(f"--min_words must be 0 or more, got {self.min_words}")
+
+
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--output_dir", required=True, help="folder for train.jsonl and validation.jsonl")
-    parser.add_argument("--validation_articles", type=int, default=8, help="articles held out (the last ones)")
-    parser.add_argument("--min_words", type=int, default=0, help="keep only articles with at least this many words")
-    counts = write_wikipedia_jsonl(**vars(parser.parse_args(argv)))
+    (args,) = parse_arguments([WikipediaFilesArguments], argv, description=__doc__)
+    counts = write_wikipedia_jsonl(**asdict(args))
     print(f"wrote {counts['train']} training and {counts['validation']} validation articles")
 
 

@@ -1,8 +1,9 @@
-"""scripts/benchmark.py: method specs, the command line, the whole-model training step and the
-tables it derives from measurements."""
+"""scripts/benchmark.py: the command line, the whole-model training step and the tables it derives
+from measurements."""
 
 import csv
 import json
+import re
 import subprocess
 import sys
 import time
@@ -10,27 +11,29 @@ import time
 import pytest
 import torch
 
+import hf_efficient_attn as hea
 from hf_efficient_attn import benchmark
 from hf_efficient_attn.benchmark import Measurement
+from hf_efficient_attn.cli_errors import run_cli
 from hf_efficient_attn.methods.base import AttentionMethod
 
 
-def test_parse_method_spec():
-    assert benchmark.parse_method_spec("mra2") == ("mra2", {})
-    assert benchmark.parse_method_spec("mra2:backend=flex,block_per_row=8,initial_prior_first_n_blocks=1") == (
-        "mra2", {"backend": "flex", "block_per_row": 8, "initial_prior_first_n_blocks": 1})
-    with pytest.raises(ValueError, match="NAME=VALUE"):
-        benchmark.parse_method_spec("mra2:flex")
-
-
 @pytest.mark.parametrize("argv, match", [
-    (["--methods", "mra3"], "unknown attention method 'mra3'"),
-    (["--methods", "mra2:block_per_rows=2"], "block_per_row"),
-    (["--methods", "mra2:backend=triton"], "backend"),
-    (["--model", "--forward-only"], "--forward-only"),
-    (["--dtype", "fp8"], "fp32"),
+    (["--methods", "mra3"], "--methods: unknown method 'mra3'; known methods: informer, "),
+    (["--methods", "sdpa"], "--methods: unknown method 'sdpa'"),  # Transformers' SDPA: whole-model benchmarks only
+    (["--methods", "mra2,mra2"], "each method once"),
+    (["--methods", "mra2", "--attn_config", '{"mra2": {"block_per_rows": 2}}'],
+     r"--attn_config 'mra2': unknown option\(s\) \['block_per_rows'\] for method 'mra2'; its options are"),
+    (["--methods", "mra2", "--attn_config", '{"mra2": {"backend": "triton"}}'], "--attn_config 'mra2': .*backend"),
+    (["--methods", "mra2", "--attn_config", "mra2:block_per_row=2"], "--attn_config must be a JSON object such as"),
+    (["--methods", "mra2", "--attn_config", '{"block_per_row": 2}'],
+     "--attn_config: 'block_per_row' is not a method of this run; its keys are: softmax, mra2"),
+    (["--methods", "mra2", "--attn_config", '{"mra2": 2}'], "the options of 'mra2' must be a JSON object"),
+    (["--model", "--forward_only"], "--forward_only"),
+    (["--dtype", "fp8"], "--dtype 'fp8': allowed: fp32, bf16, fp16"),
+    (["--device", "tpu"], "--device 'tpu': allowed: cpu, cuda"),
     (["--layers", "0"], "--layers"),
-    (["--seq-lens", "0"], "--seq-lens"),
+    (["--seq_lens", "0"], "--seq_lens"),
     (["--threads", "0"], "--threads"),
     (["--model", "--rounds", "0"], "--rounds"),
     (["--model", "--warmup", "-1"], "--warmup"),
@@ -38,26 +41,63 @@ def test_parse_method_spec():
     (["--onnx", "--compile"], "three benchmarks"),
     (["--onnx", "--dtype", "bf16"], "--onnx times ONNX Runtime's CPU provider in fp32"),
     (["--train"], "--train applies to --compile"),
-    (["--compile", "--forward-only"], "--forward-only"),
+    (["--compile", "--forward_only"], "--forward_only"),
+    (["--glibc_malloc"], "--glibc_malloc applies to --model on CPU only"),
+    (["--out_dir", "x"], r"unknown flag --out_dir \(did you mean --output_dir\?\)"),
+    (["--methods", "mra2:block_per_row=2"], "unknown method 'mra2:block_per_row=2'"),  # the old spelling is gone
 ])
-def test_bad_command_lines_are_argparse_errors(argv, match, capsys):
-    with pytest.raises(SystemExit):
-        benchmark.parse_args(argv)
-    assert match in capsys.readouterr().err
+def test_bad_command_lines_are_one_error_line_before_anything_runs(argv, match, capsys, monkeypatch):
+    """Every bad command line is one ``error:`` line naming what is allowed, exit status 2, no
+    traceback, and nothing is measured."""
+    monkeypatch.setattr(benchmark, "run", lambda args: pytest.fail("the benchmark ran"))
+    with pytest.raises(SystemExit) as exit_info:
+        run_cli(benchmark.main, argv)
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert exit_info.value.code == 2 and len(lines) == 1 and lines[0].startswith("error: "), lines
+    assert re.search(match, lines[0]), lines[0]
+
+
+def test_methods_and_their_options_reach_the_jobs(monkeypatch):
+    """--methods picks the methods measured beside the references, --attn_config their options (the
+    others at their defaults), and every job carries its method's options to the measuring process."""
+    jobs = []
+    monkeypatch.setattr(benchmark, "measure_all", lambda js, rounds: jobs.extend(js) or [])
+    monkeypatch.setattr(benchmark, "_write", lambda *a: None)
+    benchmark.main(["--model", "--methods", "sdpa,mra2,nystromformer", "--seq_lens", "32", "--attn_config",
+                    '{"mra2": {"block_per_row": 2}, "vmean": {}}'])
+    assert [job["method"] for job in jobs] == ["sdpa", "vmean", "mra2", "nystromformer"]
+    assert [job["options"] for job in jobs] == [{}, {}, {"block_per_row": 2}, {}]
+    jobs.clear()
+    benchmark.main(["--methods", " yoso , softmax", "--seq_lens", "32", "--forward_only"])
+    assert [job["method"] for job in jobs] == ["softmax", "yoso"]
+
+
+def test_a_json_configuration_is_the_whole_command_line(tmp_path):
+    """A single .json argument holds the flags (a list of methods, the options as an object)."""
+    path = tmp_path / "benchmark.json"
+    path.write_text(json.dumps({"model": True, "methods": ["mra2"], "seq_lens": [64],
+                                "attn_config": {"mra2": {"block_per_row": 2}}, "output_dir": str(tmp_path)}))
+    args = benchmark.parse_args([str(path)])
+    assert args.measured == ["sdpa", "vmean", "mra2"] and args.method_configs == {"mra2": {"block_per_row": 2}}
+    assert (args.seq_lens, args.rounds) == ([64], 3)
+    path.write_text(json.dumps({"methods": ["mra2"], "attn_config": {"mra2": {"blocks": 2}}}))
+    with pytest.raises(ValueError, match="unknown option"):
+        benchmark.parse_args([str(path)])
 
 
 def test_defaults_follow_the_benchmark():
     model = benchmark.parse_args(["--model"])
-    assert model.seq_lens == [1024, 2048, 4096, 8192, 16384] and model.methods == ["mra2", "mra2_s"]
+    assert model.seq_lens == [1024, 2048, 4096, 8192, 16384] and model.method_names == ["mra2", "mra2_s"]
     assert (model.rounds, model.repeats, model.warmup) == (3, 1, 2)
     attention = benchmark.parse_args([])
-    assert "mra2" in attention.methods and "softmax" in attention.methods
+    assert attention.measured == ["softmax"] + [m for m in hea.list_methods() if m != "softmax"]
     assert (attention.rounds, attention.repeats, attention.warmup) == (1, 3, 1)
     compiled = benchmark.parse_args(["--compile"])
     assert compiled.seq_lens == [1024] and compiled.batch == 2 and not compiled.train
     assert benchmark.parse_args(["--compile", "--batch", "1"]).batch == 1 and attention.batch == 1
     served = benchmark.parse_args(["--onnx"])
-    assert served.seq_lens == [1024, 4096] and served.batch == 1 and served.methods == ["mra2", "mra2_s"]
+    assert served.seq_lens == [1024, 4096] and served.batch == 1 and served.measured == ["sdpa", "mra2", "mra2_s"]
+    assert model.measured == ["sdpa", "vmean", "mra2", "mra2_s"] and model.output_dir == "outputs/benchmark"
 
 
 def test_compile_inputs_are_a_padded_batch():
@@ -85,7 +125,7 @@ def test_the_warm_up_reaches_the_measuring_process(monkeypatch):
     jobs, warmups = [], []
     monkeypatch.setattr(benchmark, "measure_all", lambda js, rounds: jobs.extend(js) or [])
     monkeypatch.setattr(benchmark, "_write", lambda *a: None)
-    benchmark.run(benchmark.parse_args(["--model", "--seq-lens", "32", "--methods", "vmean", "--warmup", "3"]))
+    benchmark.run(benchmark.parse_args(["--model", "--seq_lens", "32", "--methods", "vmean", "--warmup", "3"]))
     assert jobs and {job["warmup"] for job in jobs} == {3}
     monkeypatch.setattr(benchmark, "median_seconds", lambda step, device, repeats, warmup: warmups.append(warmup))
     job = {**jobs[0], "layers": 1, "vocab_size": 64, "threads": 1, "measure": "time"}
@@ -109,12 +149,13 @@ def test_the_attention_step_back_propagates_a_dense_gradient(monkeypatch):
     assert 0 not in grad.stride() and grad.std() > 0.5
 
 
-@pytest.mark.parametrize("spec", ["sdpa", "mra2:block_per_row=2"])
-def test_the_model_step_trains_the_model_with_the_chosen_attention(spec):
-    model = benchmark.build_mlm_model(spec, seq_len=96, layers=1, vocab_size=50)
+@pytest.mark.parametrize("method", ["sdpa", "mra2"])
+def test_the_model_step_trains_the_model_with_the_chosen_attention(method):
+    options = None if method == "sdpa" else {"block_per_row": 2}
+    model = benchmark.build_mlm_model(method, seq_len=96, layers=1, vocab_size=50, options=options)
     assert model.config.hidden_size == 768 and model.config.num_attention_heads == 12
     assert model.config.intermediate_size == 3072 and model.config.attention_probs_dropout_prob == 0.0
-    if spec == "sdpa":
+    if method == "sdpa":
         assert model.config._attn_implementation == "sdpa"
     else:
         assert model.config.attn_impl == "mra2" and model.config.attn_config["block_per_row"] == 2
@@ -128,7 +169,7 @@ def test_the_model_step_trains_the_model_with_the_chosen_attention(spec):
     before = query.detach().clone()
     benchmark.mlm_training_step(model.train(), batch=2, seq_len=96)()
     assert not torch.equal(before, query) and query.grad is None
-    assert len(calls) == (0 if spec == "sdpa" else 1)
+    assert len(calls) == (0 if method == "sdpa" else 1)
 
 
 def test_call_peak_is_the_memory_a_call_needs_on_top_of_what_is_live():
@@ -194,10 +235,11 @@ def test_attention_table_ratios():
 def test_model_benchmark_command_line_end_to_end(tmp_path):
     """The README's command at a tiny size: every measurement in its own fresh process, the table
     (md, csv) consistent with the raw measurements, and a plot."""
-    benchmark.main(["--model", "--methods", "mra2", "mra2:backend=gather,block_per_row=2", "--seq-lens", "64", "128",
-                    "--layers", "1", "--vocab-size", "64", "--rounds", "2", "--out-dir", str(tmp_path)])
+    benchmark.main(["--model", "--methods", "mra2,mra2_s", "--attn_config", '{"mra2_s": {"block_per_row": 2}}',
+                    "--seq_lens", "64", "128", "--layers", "1", "--vocab_size", "64", "--rounds", "2", "--output_dir",
+                    str(tmp_path)])
     measurements = [Measurement(**m) for m in json.loads((tmp_path / "model_step.json").read_text())]
-    specs = ["sdpa", "vmean", "mra2", "mra2:backend=gather,block_per_row=2"]
+    specs = ["sdpa", "vmean", "mra2", "mra2_s"]
     assert sorted((m.method, m.seq_len) for m in measurements) == sorted((s, n) for s in specs for n in (64, 128))
     pids = {pid for m in measurements for pid in m.pids}  # time in each of 2 rounds, memory once
     assert len(pids) == 3 * len(measurements) and benchmark.os.getpid() not in pids
@@ -212,6 +254,7 @@ def test_model_benchmark_command_line_end_to_end(tmp_path):
         per_round = sorted(r / m for r, m in zip(ref.round_seconds, mine.round_seconds))
         assert float(row["speedup_vs_sdpa"]) == round(sum(per_round) / 2, 2)
     assert (tmp_path / "model_step.md").read_text().count("\n| ") == len(rows) + 1  # header + rows
+    assert 'mra2_s {"block_per_row": 2}' in (tmp_path / "model_step.md").read_text()  # the options in the title
     assert (tmp_path / "model_step.png").stat().st_size > 10_000
 
 
@@ -219,8 +262,8 @@ def test_model_benchmark_command_line_end_to_end(tmp_path):
 def test_compile_benchmark_command_line_end_to_end(tmp_path):
     """--compile at a tiny size: eager, first compiled call and compiled times for SDPA and a method,
     the first call including compilation, and the ratios derived from the times."""
-    benchmark.main(["--compile", "--methods", "softmax", "--seq-lens", "64", "--layers", "1", "--vocab-size", "64",
-                    "--repeats", "1", "--out-dir", str(tmp_path)])
+    benchmark.main(["--compile", "--methods", "softmax", "--seq_lens", "64", "--layers", "1", "--vocab_size", "64",
+                    "--repeats", "1", "--output_dir", str(tmp_path)])
     rows = json.loads((tmp_path / "compile.json").read_text())["rows"]
     assert [r["method"] for r in rows] == ["sdpa", "softmax"] and {r["call"] for r in rows} == {"forward"}
     for row in rows:
@@ -233,8 +276,8 @@ def test_compile_benchmark_command_line_end_to_end(tmp_path):
 @pytest.mark.slow
 def test_onnx_benchmark_command_line_end_to_end(tmp_path):
     """--onnx at a tiny size: eager and ONNX Runtime times for SDPA and a method, in fresh processes."""
-    benchmark.main(["--onnx", "--methods", "softmax", "--seq-lens", "64", "--layers", "1", "--vocab-size", "64",
-                    "--rounds", "2", "--out-dir", str(tmp_path)])
+    benchmark.main(["--onnx", "--methods", "softmax", "--seq_lens", "64", "--layers", "1", "--vocab_size", "64",
+                    "--rounds", "2", "--output_dir", str(tmp_path)])
     saved = json.loads((tmp_path / "onnx.json").read_text())
     rows, rounds = saved["rows"], saved["rounds"]
     assert [r["method"] for r in rows] == ["sdpa", "softmax"] and all(len(r) == 2 for r in rounds)

@@ -18,11 +18,12 @@ import sys
 import pytest
 from training_fixtures import REPO, save_tiny_mlm, write_news_files
 
+from hf_efficient_attn import benchmark, demo, quickstart
 from hf_efficient_attn.cli_errors import DEBUG_VARIABLE, run_cli
 from hf_efficient_attn.convert import main as convert_main
 from hf_efficient_attn.hub import cli as push_cli
 from hf_efficient_attn.hub import export
-from hf_efficient_attn.quickstart import main as quickstart_main
+from hf_efficient_attn.quality import cli as quality_cli
 from hf_efficient_attn.training import glue, mlm, wikihop
 
 #: What a bad invocation may have loaded before its error: nothing ("args"), or the data but no model.
@@ -140,16 +141,49 @@ BAD = {
     "push to a namespace without a base model": (
         push_cli.main, lambda f: ["--model_dir", f["model"], "--attn_impl", "mra2", "--repo_id", "me", "--dry_run",
                                   p(f, "up")], "give --repo_id me/NAME or --base_model", NOTHING),
-    "quickstart method": (quickstart_main, lambda f: ["--attn_impl", "fast"], "argument --attn_impl: invalid choice",
-                          NOTHING),
-    "quickstart into a foreign folder": (quickstart_main, lambda f: ["--output_dir", p(f, "foreign")],
+    "quickstart method": (quickstart.main, lambda f: ["--attn_impl", "fast"],
+                          "unknown attention method 'fast'; known methods: informer, ", NOTHING),
+    "quickstart option": (quickstart.main, lambda f: ["--attn_config", '{"blocks": 4}'],
+                          r"unknown option\(s\) \['blocks'\] for method 'mra2'", NOTHING),
+    "quickstart into a foreign folder": (quickstart.main, lambda f: ["--output_dir", p(f, "foreign")],
                                          "holds files that are not a quickstart's", NOTHING),
+    # The tools take the method as the training scripts do: --attn_impl NAME --attn_config JSON for one
+    # method; --methods NAME,NAME and --attn_config keyed by method name to compare several.
+    "demo method": (demo.main, lambda f: ["--attn_impl", "mra3"], "unknown attention method 'mra3'; known methods",
+                    NOTHING),
+    "demo option": (demo.main, lambda f: ["--attn_impl", "yoso", "--attn_config", '{"num_hashes": 8}'],
+                    r"unknown option\(s\) \['num_hashes'\] for method 'yoso'; its options are", NOTHING),
+    "demo --attn_config JSON": (demo.main, lambda f: ["--attn_config", "num_hash=8"],
+                                "--attn_config must be a JSON object such as", NOTHING),
+    "demo old flag": (demo.main, lambda f: ["--method", "yoso"], "unknown flag --method", NOTHING),
+    "demo length": (demo.main, lambda f: ["--long_length", "0"], "--long_length must be a positive integer", NOTHING),
+    "quality method": (quality_cli.main, lambda f: ["--methods", "softmax,mra3"],
+                       "--methods: unknown method 'mra3'; known methods: informer, ", NOTHING),
+    "quality option": (quality_cli.main, lambda f: ["--attn_config", '{"mra2": {"blocks": 4}}'],
+                       r"--attn_config 'mra2': unknown option\(s\) \['blocks'\]", NOTHING),
+    "quality option of a method not compared": (quality_cli.main, lambda f: ["--methods", "softmax", "--attn_config",
+                                                                             '{"mra2": {}}'],
+                                                "--attn_config: 'mra2' is not a method of this run; its keys are: softmax",
+                                                NOTHING),
+    "quality --attn_config JSON": (quality_cli.main, lambda f: ["--attn_config", "{mra2: {}}"],
+                                   "--attn_config must be a JSON object such as", NOTHING),
+    "quality old flag": (quality_cli.main, lambda f: ["--out-dir", "x"],
+                         r"unknown flag --out-dir \(did you mean --output_dir\?\)", NOTHING),
+    "quality nothing to do": (quality_cli.main, lambda f: ["--no_errors"], "nothing to do", NOTHING),
+    "benchmark method": (benchmark.main, lambda f: ["--methods", "mra2,mra3"],
+                         "--methods: unknown method 'mra3'; known methods: informer, ", NOTHING),
+    "benchmark option": (benchmark.main, lambda f: ["--attn_config", '{"mra2": {"backend": "triton"}}'],
+                         "--attn_config 'mra2': .*backend", NOTHING),
+    "benchmark --attn_config JSON": (benchmark.main, lambda f: ["--attn_config", "mra2:backend=flex"],
+                                     "--attn_config must be a JSON object such as", NOTHING),
 }  # fmt: skip
 
 
 #: Loaders that a bad invocation must not reach: the model, and (for NOTHING) the data and tokenizer.
 MODEL_LOADERS = [(mlm, "load_model"), (glue, "load_model"), (wikihop, "load_model"), (export, "load_variant"),
-                 (sys.modules["hf_efficient_attn.convert"].AutoModelForMaskedLM, "from_pretrained")]
+                 (sys.modules["hf_efficient_attn.convert"].AutoModelForMaskedLM, "from_pretrained"),
+                 (demo, "run"), (quality_cli, "minilm_path"), (quality_cli, "capture_qkv"),
+                 (quality_cli, "embedding_agreement"), (benchmark, "run")]  # fmt: skip
 DATA_LOADERS = [(mlm, "load_raw_datasets"), (glue, "load_glue_splits"), (wikihop, "load_qangaroo"),
                 (mlm, "load_tokenizer"), (glue, "load_tokenizer"), (wikihop, "load_tokenizer")]  # fmt: skip
 

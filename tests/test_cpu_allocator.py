@@ -64,11 +64,11 @@ def test_training_scripts_keep_freed_memory_on_cpu(monkeypatch, tmp_path):
 @pytest.mark.parametrize("glibc_malloc", [False, True])
 def test_model_benchmark_times_with_the_training_scripts_allocator(monkeypatch, glibc_malloc):
     """The --model timing process keeps freed memory as the training scripts do, unless
-    --glibc-malloc; the memory process always returns freed memory (its peak would count it)."""
+    --glibc_malloc; the memory process always returns freed memory (its peak would count it)."""
     calls = []
     monkeypatch.setattr(benchmark, "keep_freed_memory", lambda: calls.append("keep"))
     monkeypatch.setattr(benchmark, "return_freed_memory", lambda: calls.append("return") or True)
-    job = dict(kind="model", spec="vmean", seq_len=32, layers=1, vocab_size=64, threads=1, repeats=1, warmup=1,
+    job = dict(kind="model", method="vmean", seq_len=32, layers=1, vocab_size=64, threads=1, repeats=1, warmup=1,
                device="cpu", dtype="fp32", batch=1, glibc_malloc=glibc_malloc)
     benchmark._worker({**job, "measure": "time"})
     benchmark._worker({**job, "measure": "memory"})
@@ -76,6 +76,6 @@ def test_model_benchmark_times_with_the_training_scripts_allocator(monkeypatch, 
 
 
 def test_glibc_malloc_flag_is_for_the_model_benchmark_on_cpu():
-    with pytest.raises(SystemExit):
-        benchmark.parse_args(["--glibc-malloc"])
-    assert benchmark.parse_args(["--model", "--glibc-malloc", "--device", "cpu"]).glibc_malloc
+    with pytest.raises(ValueError, match="--glibc_malloc applies to --model on CPU only"):
+        benchmark.parse_args(["--glibc_malloc"])
+    assert benchmark.parse_args(["--model", "--glibc_malloc", "--device", "cpu"]).glibc_malloc

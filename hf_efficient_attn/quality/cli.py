@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import os
 import statistics
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 from typing import Any, Sequence
 
 import torch
@@ -17,11 +16,78 @@ import transformers
 from ..data.corpus import news_articles, news_sentences, wikipedia_articles
 from ..data.minilm import minilm_path
 from ..registry import list_methods
+from ..training.args import check_model_source, check_positive_flags, parse_arguments, parse_method_configs, \
+    parse_method_names
 from .budgets import budget_grid
 from .capture import capture_qkv, long_articles
 from .embeddings import embedding_agreement, embedding_markdown
 from .errors import QualityResult, evaluate
 from .report import check_claims, markdown_table, plot, rows
+
+DESCRIPTION = """Approximation error vs time of every method on real Q/K/V of a pretrained checkpoint
+(all-MiniLM-L6-v2) on real English Wikipedia text; optionally (--embeddings), agreement of sentence
+embeddings after swapping attention without training.
+
+examples:
+  python scripts/quality.py --seq_lens 512 --methods mra2,nystromformer
+  python scripts/quality.py --embeddings --no_errors --attn_config '{"mra2": {"block_per_row": 8}}'
+"""
+
+
+@dataclass
+class QualityArguments:
+    """The flags of ``scripts/quality.py``, checked on construction."""
+
+    methods: str | None = field(
+        default=None,
+        metadata={"help": f"Methods, comma-separated. Default: every method ({','.join(list_methods())})."},
+    )
+    attn_config: str | None = field(
+        default=None,
+        metadata={"help": "Options per method, a JSON object keyed by method name, e.g. "
+                          "'{\"mra2\": {\"initial_prior_first_n_blocks\": 1}}'. The error study sweeps each "
+                          "method's budget option over its grid, the other options as given; --embeddings uses "
+                          "them all. A method left out runs at its defaults."},
+    )
+    seq_lens: list[int] = field(
+        default_factory=lambda: [512, 2048],
+        metadata={"help": "Sequence lengths of the error study, space-separated (beyond 512 the position table is "
+                          "tiled on a copy)."},
+    )
+    errors: bool = field(
+        default=True, metadata={"help": "Measure the errors and times at --seq_lens (--no_errors: only --embeddings)."}
+    )
+    embeddings: bool = field(
+        default=False,
+        metadata={"help": "Also compare sentence embeddings of the swapped model with exact attention."},
+    )
+    model_name_or_path: str | None = field(
+        default=None, metadata={"help": "Checkpoint folder or Hub id. Default: all-MiniLM-L6-v2 from pip."}
+    )
+    num_texts: int = field(
+        default=4, metadata={"help": "Wikipedia articles per sequence length (4x as many for --embeddings)."}
+    )
+    num_sentences: int = field(default=256, metadata={"help": "News sentences for --embeddings."})
+    num_articles: int = field(
+        default=64, metadata={"help": "Whole news articles (up to 512 tokens, padded batches) for --embeddings."}
+    )
+    threads: int = field(default=2, metadata={"help": "torch CPU threads."})
+    repeats: int = field(
+        default=3, metadata={"help": "Timed calls per layer after a warm-up call (the fastest counts); 0: time that call."}
+    )
+    output_dir: str = field(default="outputs/quality", metadata={"help": "Folder for the report, tables and plot."})
+
+    def __post_init__(self) -> None:
+        if not (self.errors or self.embeddings):
+            raise ValueError("nothing to do: --no_errors without --embeddings")
+        check_positive_flags(self, "num_texts", "num_sentences", "num_articles", "threads")
+        if self.repeats < 0:
+            raise ValueError(f"--repeats must be 0 or more, got {self.repeats}")
+        if any(n < 2 for n in self.seq_lens):
+            raise ValueError(f"--seq_lens must be integers of 2 or more, got {self.seq_lens}")
+        check_model_source("model_name_or_path", self.model_name_or_path)
+        self.method_names = parse_method_names(self.methods, list_methods(), list_methods())
+        self.method_configs = parse_method_configs(self.attn_config, self.method_names)
 
 
 def _write_csv(path: str, records: Sequence[dict[str, Any]]) -> None:
@@ -32,39 +98,22 @@ def _write_csv(path: str, records: Sequence[dict[str, Any]]) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        description="Approximation error vs time of every method on real Q/K/V of a pretrained "
-        "checkpoint (all-MiniLM-L6-v2) on real English Wikipedia text; optionally, agreement of "
-        "sentence embeddings after swapping attention without training."
-    )
-    parser.add_argument("--seq-lens", type=int, nargs="*", default=[512, 2048],
-                        help="sequence lengths (beyond 512 the position table is tiled on a copy); none to skip")
-    parser.add_argument("--methods", nargs="+", default=None, help="methods (default: all registered)")
-    parser.add_argument("--out-dir", default="outputs/quality")
-    parser.add_argument("--num-texts", type=int, default=4, help="Wikipedia articles per sequence length (4x as many for --embeddings)")
-    parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
-    parser.add_argument("--repeats", type=int, default=3,
-                        help="timed calls per layer after a warm-up call (the fastest counts)")
-    parser.add_argument("--model", default=None, help="checkpoint path (default: all-MiniLM-L6-v2 from pip)")
-    parser.add_argument("--embeddings", action="store_true",
-                        help="also compare sentence embeddings of the swapped model with exact attention")
-    parser.add_argument("--num-sentences", type=int, default=256, help="news sentences for --embeddings")
-    parser.add_argument("--num-articles", type=int, default=64,
-                        help="whole news articles (up to 512 tokens, padded batches) for --embeddings")
-    args = parser.parse_args(argv)
-
+    """Command line of ``scripts/quality.py``."""
+    (args,) = parse_arguments([QualityArguments], argv, description=DESCRIPTION)
     torch.set_num_threads(args.threads)
-    os.makedirs(args.out_dir, exist_ok=True)
-    path = args.model or minilm_path()
-    methods = args.methods or list_methods()
-    budget_grid(methods)  # validates names before the slow part
+    os.makedirs(args.output_dir, exist_ok=True)
+    path = args.model_name_or_path or minilm_path()
+    methods, configs = args.method_names, args.method_configs
     report: list[str] = [f"# Approximation quality on real Q/K/V ({path})", ""]
+    if configs:
+        report += [f"Options (--attn_config): {json.dumps(configs)}", ""]
     results: list[QualityResult] = []
 
-    if args.seq_lens:
+    if args.errors:
         tokenizer = transformers.AutoTokenizer.from_pretrained(path)
         model = transformers.AutoModel.from_pretrained(path).eval()
-        meta: dict[str, Any] = {"model": path, "threads": args.threads, "grid": {}, "texts": {}}
+        meta: dict[str, Any] = {"model": path, "threads": args.threads, "attn_config": configs, "grid": {},
+                                "texts": {}}
         for seq_len in args.seq_lens:
             articles = long_articles(tokenizer, seq_len, args.num_texts)
             meta["texts"][seq_len] = [title for title, _ in articles]
@@ -79,11 +128,11 @@ def main(argv: Sequence[str] | None = None) -> None:
                 status = r.error or f"fro {r.fro:.4f} spec {r.spec:.4f} {r.ms:.2f} ms (exact {r.exact_ms:.2f})"
                 print(f"  {r.method} {r.option}={r.value}: {status}", flush=True)
 
-            results += evaluate(layers, methods, repeats=args.repeats, progress=progress)
+            results += evaluate(layers, methods, attn_configs=configs, repeats=args.repeats, progress=progress)
             del layers
-        _write_csv(os.path.join(args.out_dir, "quality.csv"), rows(results))
-        plot(results, os.path.join(args.out_dir, "quality.png"))
-        with open(os.path.join(args.out_dir, "meta.json"), "w") as f:
+        _write_csv(os.path.join(args.output_dir, "quality.csv"), rows(results))
+        plot(results, os.path.join(args.output_dir, "quality.png"))
+        with open(os.path.join(args.output_dir, "meta.json"), "w") as f:
             json.dump(meta, f, indent=2, default=str)
         report += [
             "Q, K, V: outputs of every layer's query/key/value projections of the unmodified model (exact "
@@ -130,15 +179,15 @@ def main(argv: Sequence[str] | None = None) -> None:
             lengths = [min(len(ids), max_length) for ids in tokenizer(list(texts))["input_ids"]]
             what = (f"{len(texts)} {corpus}; {min(lengths)}-{max(lengths)} tokens, "
                     f"median {int(statistics.median(lengths))}")
-            agreement = embedding_agreement(methods, texts, model_path=path, batch_size=batch_size,
-                                            max_length=max_length)
+            agreement = embedding_agreement(methods, texts, model_path=path, attn_configs=configs,
+                                            batch_size=batch_size, max_length=max_length)
             for r in agreement:
                 print(f"  {corpus} {r.method}: {r.error or f'cos {r.cosine_mean:.4f} (min {r.cosine_min:.4f})'}")
                 records.append({"texts": corpus, **asdict(r)})
             report.append(embedding_markdown(agreement, what))
-        _write_csv(os.path.join(args.out_dir, "embeddings.csv"), records)
+        _write_csv(os.path.join(args.output_dir, "embeddings.csv"), records)
 
-    with open(os.path.join(args.out_dir, "quality.md"), "w") as f:
+    with open(os.path.join(args.output_dir, "quality.md"), "w") as f:
         f.write("\n".join(report))
     print("\n".join(report))
-    print(f"wrote {args.out_dir}/quality.md" + (", quality.csv, quality.png" if args.seq_lens else ""))
+    print(f"wrote {args.output_dir}/quality.md" + (", quality.csv, quality.png" if args.errors else ""))

@@ -120,18 +120,20 @@ def evaluate_method(
     option: str | None = None,
     value: Any = None,
     *,
+    options: dict[str, Any] | None = None,
     references: dict[str, list[torch.Tensor]] | None = None,
     exact_ms: float = float("nan"),
     repeats: int = 3,
 ) -> QualityResult:
-    """Errors and time of ``method`` (with ``option=value``) on captured layers.
+    """Errors and time of ``method`` (with ``options``, and the budget ``option=value`` over them) on
+    captured layers.
 
     ``references`` caches exact outputs per kernel name (``"softmax"``, ``"yoso_e"``, ...);
     missing ones are computed and stored in it.
     """
     references = {} if references is None else references
     cls = get_method_class(method)
-    options = {} if option is None else {option: value}
+    options = {**(options or {}), **({} if option is None else {option: value})}
     seq_len, batch = layers[0][0].shape[2], layers[0][0].shape[0]
     budget = None if option is None else budget_size(method, value, seq_len)
     kernel = None if cls.exact_reference == EXACT else cls.exact_reference
@@ -192,10 +194,12 @@ def evaluate(
     layers: Sequence[tuple[torch.Tensor, torch.Tensor, torch.Tensor]],
     methods: Iterable[str] | None = None,
     *,
+    attn_configs: dict[str, dict[str, Any]] | None = None,
     repeats: int = 3,
     progress: Any = None,
 ) -> list[QualityResult]:
-    """Every method of :func:`budget_grid` at every budget on the captured ``layers``.
+    """Every method of :func:`budget_grid` at every budget on the captured ``layers``, with its options
+    from ``attn_configs`` (method -> options; the budget option swept over them).
 
     Budgets of n or more are left out (:func:`budget_grid`).
     """
@@ -207,7 +211,8 @@ def evaluate(
     for method, (option, values) in grid.items():
         for value in values:
             result = evaluate_method(
-                method, layers, option, value, references=references, exact_ms=exact_ms, repeats=repeats
+                method, layers, option, value, options=(attn_configs or {}).get(method), references=references,
+                exact_ms=exact_ms, repeats=repeats,
             )
             results.append(result)
             if progress is not None:

@@ -1,13 +1,17 @@
-"""Argument dataclasses shared by the training scripts, and their parsing.
+"""Argument dataclasses shared by the scripts, and their parsing: every script parses its dataclasses
+with :func:`parse_arguments`.
 
-The flag names are those of Transformers' examples (``run_mlm.py``, ``run_glue.py``) plus
-``--attn_impl`` / ``--attn_config``. A script parses ``(ModelArguments, <its data
-arguments>, transformers.TrainingArguments)`` with :func:`parse_arguments`; a single ``.json``
-argument is the whole configuration, as in the examples.
+The flag names are those of Transformers' examples (``run_mlm.py``, ``run_glue.py``), with
+underscores, plus ``--attn_impl NAME --attn_config JSON`` for one method. A training script parses
+``(ModelArguments, <its data arguments>, transformers.TrainingArguments)``; a tool that compares
+methods takes ``--methods NAME,NAME`` and ``--attn_config`` as a JSON object keyed by method name
+(:func:`parse_method_names`, :func:`parse_method_configs`). A single ``.json`` argument is the whole
+configuration, as in the examples.
 """
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import difflib
 import json
@@ -23,20 +27,60 @@ from ..registry import list_methods, resolve_options
 
 
 def parse_attn_config(value: str | dict[str, Any] | None) -> dict[str, Any]:
-    """``--attn_config``: a JSON object given as a string (command line) or a dict (``.json``
-    configuration); ``ValueError`` for anything else."""
+    """``--attn_config`` of one method: a JSON object of its options."""
+    return parse_json_object("attn_config", value, '{"block_per_row": 16}')
+
+
+def parse_json_object(flag: str, value: str | dict[str, Any] | None, example: str) -> dict[str, Any]:
+    """``--flag``'s JSON object, given as a string (command line) or a dict (``.json`` configuration);
+    ``ValueError`` showing ``example`` for anything else."""
     if value is None:
         return {}
     if isinstance(value, str):
         try:
             value = json.loads(value)
         except json.JSONDecodeError as err:
-            raise ValueError(
-                f"--attn_config must be a JSON object such as '{{\"block_per_row\": 16}}', got {value!r} ({err})"
-            ) from None
+            raise ValueError(f"--{flag} must be a JSON object such as '{example}', got {value!r} ({err})") from None
     if not isinstance(value, dict):
-        raise ValueError(f"--attn_config must be a JSON object of method options, got {value!r}")
+        raise ValueError(f"--{flag} must be a JSON object such as '{example}', got {value!r}")
     return value
+
+
+def parse_method_names(value: str | Sequence[str] | None, allowed: Sequence[str], default: Sequence[str]) -> list[str]:
+    """``--methods``: a comma list of method names (or a list, in a ``.json`` configuration), each one
+    of ``allowed`` and none twice; ``default`` when not given. ``ValueError`` naming the allowed ones."""
+    if value is None:
+        return list(default)
+    names = [name.strip() for name in value.split(",")] if isinstance(value, str) else list(value)
+    for name in names:
+        if name not in allowed:
+            raise ValueError(f"--methods: unknown method {name!r}; known methods: {', '.join(allowed)}")
+    if not names or len(set(names)) < len(names):
+        raise ValueError(f"--methods must name each method once, comma-separated (e.g. mra2,softmax), got {value!r}")
+    return names
+
+
+def parse_method_configs(value: str | dict[str, Any] | None, methods: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """``--attn_config`` of a tool comparing ``methods``: a JSON object of method name -> options
+    (``'{"mra2": {"block_per_row": 8}}'``), each key one of ``methods``, its options checked by
+    :func:`resolve_options`. Returns the options as given (defaults not filled in)."""
+    configs = parse_json_object("attn_config", value, '{"mra2": {"block_per_row": 8}}')
+    for name, options in configs.items():
+        if name not in methods:
+            raise ValueError(f"--attn_config: {name!r} is not a method of this run; its keys are: {', '.join(methods)}")
+        if not isinstance(options, dict):
+            raise ValueError(f"--attn_config: the options of {name!r} must be a JSON object, got {options!r}")
+        try:
+            resolve_options(name, options)
+        except ValueError as err:
+            raise ValueError(f"--attn_config {name!r}: {err}") from None
+    return configs
+
+
+def check_choice(flag: str, value: Any, allowed: Sequence[Any]) -> None:
+    """``ValueError`` naming the allowed values unless ``value`` is one of them."""
+    if value not in allowed:
+        raise ValueError(f"--{flag} {value!r}: allowed: {', '.join(map(str, allowed))}")
 
 
 def check_positive_flags(arguments: Any, *flags: str) -> None:
@@ -134,6 +178,28 @@ class ModelArguments:
 
 
 @dataclass
+class MethodArguments:
+    """``--attn_impl`` / ``--attn_config`` of a tool that runs one method on a model it chooses itself
+    (the demo, the quickstart); a tool subclasses it with its own flags."""
+
+    attn_impl: str = field(
+        default="mra2", metadata={"help": "Attention method: one of " + ", ".join(list_methods()) + "."}
+    )
+    attn_config: str | None = field(
+        default=None,
+        metadata={"help": "Method options as a JSON object, e.g. '{\"block_per_row\": 16}' (see hea.method_options)."},
+    )
+
+    def __post_init__(self) -> None:
+        resolve_options(self.attn_impl, self.attn_options)  # unknown method/option -> ValueError
+
+    @property
+    def attn_options(self) -> dict[str, Any]:
+        """``--attn_config`` as a dict."""
+        return parse_attn_config(self.attn_config)
+
+
+@dataclass
 class DataArguments:
     """Data flags every training script shares (``run_mlm.py`` / ``run_glue.py`` names); a
     script subclasses it with its own (task name, masking probability, ...)."""
@@ -188,15 +254,22 @@ def check_data_file(flag: str, path: str | None, extensions: Sequence[str]) -> N
         raise ValueError(f"--{flag} {path!r}: the file is empty")
 
 
-def parse_arguments(dataclass_types: Sequence[type], argv: Sequence[str] | None = None) -> tuple[Any, ...]:
-    """Parse the command line (``argv``, default ``sys.argv[1:]``) into the dataclasses.
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """``--help``: the description as written (examples keep their lines), each flag's default shown."""
+
+
+def parse_arguments(
+    dataclass_types: Sequence[type], argv: Sequence[str] | None = None, description: str | None = None
+) -> tuple[Any, ...]:
+    """Parse the command line (``argv``, default ``sys.argv[1:]``) into the dataclasses; ``--help``
+    shows ``description`` and each field's ``metadata["help"]``.
 
     A single argument ending in ``.json`` is read as the whole configuration (its keys are the
     flag names), as in Transformers' examples. An unknown flag or key (with the closest flag), a
     missing required key and a file that is not a JSON object raise ``ValueError``, before any
     dataclass checks its values.
     """
-    parser = HfArgumentParser(dataclass_types)
+    parser = HfArgumentParser(dataclass_types, description=description, formatter_class=_HelpFormatter)
     argv = list(sys.argv[1:] if argv is None else argv)
     if len(argv) == 1 and argv[0].endswith(".json"):
         return parser.parse_dict(read_json_configuration(argv[0], dataclass_types))
@@ -205,8 +278,9 @@ def parse_arguments(dataclass_types: Sequence[type], argv: Sequence[str] | None 
         flags = [f"--{f.name}" for cls in dataclass_types for f in dataclasses.fields(cls) if f.init]
         first = unknown[0]
         if not first.startswith("-"):
-            raise ValueError(f"unexpected argument {first!r}: every value follows its flag (see --help)")
-        raise ValueError(f"unknown flag {first.split('=')[0]}{did_you_mean(first.split('=')[0], flags)} (see --help)")
+            raise ValueError(f"unexpected argument {first!r}: every value follows its flag (see {parser.prog} --help)")
+        flag = first.split("=")[0]
+        raise ValueError(f"unknown flag {flag}{did_you_mean(flag, flags)} (see {parser.prog} --help)")
     return parser.parse_args_into_dataclasses(args=argv)
 
 
