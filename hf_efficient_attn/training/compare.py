@@ -399,7 +399,13 @@ def run_comparison(
         "head_warmup": [warmup_steps, compare_args.head_warmup_learning_rate],
     })  # fmt: skip
     # The data are checked here, before any process starts (and tokenised once: the others read the cache).
-    masked_datasets(model_args, data_args, training_args, tokenizer, seq_len)
+    train_set, eval_set = masked_datasets(model_args, data_args, training_args, tokenizer, seq_len)
+    batch = training_args.per_device_train_batch_size * training_args.gradient_accumulation_steps
+    setup = (
+        f"{training_args.max_steps} steps of {batch} x {seq_len} tokens ({len(train_set)} training blocks), learning "
+        f"rate {training_args.learning_rate:g}, seed {training_args.seed}; evaluated every {eval_steps:g} steps on "
+        f"{len(eval_set)} held-out blocks with fixed masks"
+    )
 
     start = model_args.model_name_or_path
     if warmup_steps > 0:
@@ -438,7 +444,7 @@ def run_comparison(
     write_rows(os.path.join(output_dir, "results.csv"), rows)
     plot_comparison(rows, os.path.join(output_dir, "comparison.png"), seq_len)
     with open(os.path.join(output_dir, "summary.md"), "w") as f:
-        f.write(summary_markdown(rows, seq_len, model_args.model_name_or_path, warmup_steps))
+        f.write(summary_markdown(rows, seq_len, model_args.model_name_or_path, warmup_steps, setup))
     print(f"wrote results.csv, comparison.png and summary.md to {output_dir}", flush=True)
     return rows
 
@@ -548,8 +554,11 @@ def recommendation(final: dict[str, dict[str, Any]], seq_len: int) -> str:
     return f"At {seq_len} tokens, use `{REFERENCE}`: no method came within {RECOVERY_POINTS:g} point of its accuracy."
 
 
-def summary_markdown(rows: Sequence[dict[str, Any]], seq_len: int, model: str, warmup_steps: int) -> str:
-    """``summary.md``: the final evaluation of each method against the reference, and the recommendation."""
+def summary_markdown(
+    rows: Sequence[dict[str, Any]], seq_len: int, model: str, warmup_steps: int, setup: str
+) -> str:
+    """``summary.md``: the final evaluation of each method against the reference, and the
+    recommendation; ``setup`` says how much training and evaluation that was."""
     final = final_rows(rows)
     reference = final[REFERENCE]
     warmed = f", after a {warmup_steps}-step MLM-head warm-up with `{REFERENCE}` attention" if warmup_steps else ""
@@ -557,7 +566,8 @@ def summary_markdown(rows: Sequence[dict[str, Any]], seq_len: int, model: str, w
         f"# Attention methods at {seq_len} tokens",
         "",
         f"Continued masked-LM training of `{model}`: every method from the same weights{warmed}, on the same "
-        f"batches with the same masks. Held-out masked-token accuracy and loss at the last step; `{REFERENCE}` "
+        f"batches with the same masks: {setup}. Held-out masked-token accuracy and loss at "
+        f"the last step; `{REFERENCE}` "
         "(exact attention) is the reference. Seconds per step count optimisation steps only; peak memory is the "
         "method's process (resident set on CPU, allocated memory on GPU).",
         "",
