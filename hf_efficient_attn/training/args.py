@@ -206,6 +206,8 @@ class DataArguments:
 
     #: Extensions accepted for ``--train_file`` / ``--validation_file``; subclasses may widen it.
     file_extensions: ClassVar[tuple[str, ...]] = ("txt", "json", "jsonl", "csv")
+    #: False for a script whose data has a default (the method comparison's bundled text).
+    data_required: ClassVar[bool] = True
 
     dataset_name: str | None = field(default=None, metadata={"help": "A dataset on the Hub (datasets library)."})
     dataset_config_name: str | None = field(default=None, metadata={"help": "Its configuration name."})
@@ -232,7 +234,7 @@ class DataArguments:
 
     def __post_init__(self) -> None:
         local = (self.train_file, self.validation_file, getattr(self, "test_file", None))  # GLUE has a test file
-        if self.dataset_name is None and not any(local):
+        if self.data_required and self.dataset_name is None and not any(local):
             raise ValueError("give a dataset: --dataset_name NAME, or --train_file / --validation_file")
         for flag in ("train_file", "validation_file"):
             check_data_file(flag, getattr(self, flag), self.file_extensions)

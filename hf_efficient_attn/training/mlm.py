@@ -17,6 +17,8 @@ from typing import Sequence
 from transformers import (
     DataCollatorForLanguageModeling,
     DataCollatorForTokenClassification,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
     TrainerCallback,
     TrainingArguments,
 )
@@ -86,28 +88,19 @@ def block_length(data_args: MLMDataArguments, tokenizer_limit: int, model_limit:
     return data_args.max_seq_length or min(tokenizer_limit, model_limit)
 
 
-def run_mlm(
+
+def masked_datasets(
     model_args: ModelArguments,
     data_args: MLMDataArguments,
     training_args: TrainingArguments,
-    callbacks: Sequence[TrainerCallback] = (),
-) -> dict:
-    """Tokenise, train, evaluate and save as ``run_mlm.py``; returns all metrics. ``callbacks`` are
-    added to the Trainer's."""
-    check_run(training_args)
-    if training_args.dataloader_persistent_workers and training_args.dataloader_num_workers > 0:
-        raise ValueError(
-            "--dataloader_persistent_workers keeps each worker's copy of the training set, so the masks would not "
-            "change between epochs; leave it off"
-        )
-    model_limit = max_tokens(load_config(model_args))
-    check_max_seq_length(data_args.max_seq_length, model_limit)
-    checkpoint = start_run(training_args)
-
-    tokenizer = load_tokenizer(model_args)
+    tokenizer: PreTrainedTokenizerBase,
+    seq_len: int,
+) -> tuple[DeterministicallyMaskedDataset | None, DeterministicallyMaskedDataset | None]:
+    """The training and validation sets of the ``--do_*`` stages asked for (None otherwise): text
+    tokenised into blocks of ``seq_len`` tokens (or lines), masked deterministically (training masks
+    from ``--data_seed``/``--seed``, validation masks from ``--eval_mask_seed``)."""
     if tokenizer.mask_token is None:
         raise ValueError(f"the tokenizer of {model_args.model_name_or_path} has no mask token; MLM needs one")
-    seq_len = block_length(data_args, tokenizer.model_max_length, model_limit)
     raw = load_raw_datasets(
         data_args.dataset_name,
         data_args.dataset_config_name,
@@ -130,18 +123,29 @@ def run_mlm(
         load_from_cache_file=not data_args.overwrite_cache,
         main_process_first=training_args.main_process_first(desc="tokenising"),
     )
-    train_examples = first_rows(tokenized["train"], data_args.max_train_samples) if training_args.do_train else None
-    eval_examples = first_rows(tokenized["validation"], data_args.max_eval_samples) if training_args.do_eval else None
-
-    model = load_model(model_args, AutoModelForMaskedLM)
     masker = DataCollatorForLanguageModeling(tokenizer, mlm_probability=data_args.mlm_probability)
     mask_seed = training_args.data_seed if training_args.data_seed is not None else training_args.seed
     train_set = eval_set = None
-    if train_examples is not None:
+    if training_args.do_train:
+        train_examples = first_rows(tokenized["train"], data_args.max_train_samples)
         train_set = DeterministicallyMaskedDataset(train_examples, masker, mask_seed)
-    if eval_examples is not None:
+    if training_args.do_eval:
+        eval_examples = first_rows(tokenized["validation"], data_args.max_eval_samples)
         eval_set = DeterministicallyMaskedDataset(eval_examples, masker, data_args.eval_mask_seed)
-    trainer = CrashSafeTrainer(
+    return train_set, eval_set
+
+
+def mlm_trainer(
+    model: PreTrainedModel,
+    training_args: TrainingArguments,
+    tokenizer: PreTrainedTokenizerBase,
+    train_set: DeterministicallyMaskedDataset | None,
+    eval_set: DeterministicallyMaskedDataset | None,
+    callbacks: Sequence[TrainerCallback] = (),
+) -> CrashSafeTrainer:
+    """The crash-safe Trainer of masked-LM training: the step's global mean loss, masked-token
+    accuracy on ``eval_set``, and the masks' epoch kept in step with training."""
+    return CrashSafeTrainer(
         model=model,
         args=training_args,
         train_dataset=train_set,
@@ -155,6 +159,37 @@ def run_mlm(
         callbacks=[*([MaskingEpochCallback(train_set)] if train_set is not None else []), *callbacks],
     )
 
+
+def check_mlm_run(training_args: TrainingArguments) -> None:
+    """:func:`~.driver.check_run`, and no persistent data-loader workers (their copies of the
+    training set would keep epoch 0's masks)."""
+    check_run(training_args)
+    if training_args.dataloader_persistent_workers and training_args.dataloader_num_workers > 0:
+        raise ValueError(
+            "--dataloader_persistent_workers keeps each worker's copy of the training set, so the masks would not "
+            "change between epochs; leave it off"
+        )
+
+
+def run_mlm(
+    model_args: ModelArguments,
+    data_args: MLMDataArguments,
+    training_args: TrainingArguments,
+    callbacks: Sequence[TrainerCallback] = (),
+) -> dict:
+    """Tokenise, train, evaluate and save as ``run_mlm.py``; returns all metrics. ``callbacks`` are
+    added to the Trainer's."""
+    check_mlm_run(training_args)
+    model_limit = max_tokens(load_config(model_args))
+    check_max_seq_length(data_args.max_seq_length, model_limit)
+    checkpoint = start_run(training_args)
+
+    tokenizer = load_tokenizer(model_args)
+    seq_len = block_length(data_args, tokenizer.model_max_length, model_limit)
+    train_set, eval_set = masked_datasets(model_args, data_args, training_args, tokenizer, seq_len)
+    model = load_model(model_args, AutoModelForMaskedLM)
+    trainer = mlm_trainer(model, training_args, tokenizer, train_set, eval_set, callbacks)
+
     train_metrics = eval_metrics = None
     if train_set is not None:
         train_metrics = train_and_save(trainer, checkpoint, len(train_set))
@@ -163,9 +198,8 @@ def run_mlm(
     if train_metrics is not None:
         record_stage(trainer, model_args, data_args, "masked-LM pretraining", "pretrain_mlm.py", seq_len,
                      train_metrics, eval_metrics)  # fmt: skip
-    line = summary_line(
-        model, train_metrics, mean_length(train_examples), eval_metrics, metric_label="masked-token accuracy"
-    )
+    tokens_per_example = mean_length(train_set.examples) if train_set is not None else None
+    line = summary_line(model, train_metrics, tokens_per_example, eval_metrics, metric_label="masked-token accuracy")
     if trainer.is_world_process_zero():
         print(line)
     return {**(train_metrics or {}), **(eval_metrics or {})}

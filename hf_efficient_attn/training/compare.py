@@ -1,0 +1,625 @@
+"""Which method at which length: continued masked-LM training of one checkpoint with each attention
+method, measured (``scripts/compare_methods.py``).
+
+The comparison follows the MRA paper's (Zeng et al., "Multi Resolution Analysis (MRA) for
+Approximate Self-Attention", ICML 2022, Tables 3 and 4: a stretched checkpoint trained on with
+each method, masked-token accuracy compared with exact attention's). Every method starts from the
+same weights and sees the same batches with the same masks (the pretraining pipeline of
+:mod:`.mlm`: same seed, deterministic masks); only the attention differs. A checkpoint whose MLM
+head is new (a sentence encoder stretched by ``convert_to_long``) first gets its head trained
+with exact attention, the rest frozen, and every method starts from that warmed checkpoint, so
+that the comparison measures the attention, not the head.
+
+Each method trains in its own process (spawned), so that its peak memory and its time per step
+are its own (a process's heap keeps what an earlier method grew it to). Each writes into
+``output_dir/<method>/`` with the crash-safe checkpoints of :mod:`.driver` and a done marker
+written last: rerunning the same command skips finished methods and resumes an interrupted one.
+The results are ``results.csv``, ``comparison.png`` and ``summary.md`` in ``output_dir``.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import hashlib
+import json
+import logging
+import multiprocessing
+import os
+import resource
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from transformers import PretrainedConfig, TrainerCallback, TrainingArguments
+from transformers.trainer_callback import ExportableState
+
+from .. import AutoModelForMaskedLM
+from ..cli_errors import USER_ERRORS, one_line
+from ..long import max_tokens
+from ..registry import list_methods, resolve_options
+from .args import ModelArguments, parse_arguments, parse_attn_config
+from .data import write_wikipedia_jsonl
+from .driver import last_complete_checkpoint, load_config, load_model, load_tokenizer, setup_logging, start_run, train_and_save
+from .mlm import MLMDataArguments, block_length, check_mlm_run, masked_datasets, mlm_trainer
+from .provenance import read_provenance
+
+logger = logging.getLogger("hf_efficient_attn.training")
+
+#: The methods compared by default: exact attention (the reference) and the approximations of the
+#: MRA paper's Table 4 that this project implements.
+DEFAULT_METHODS = ("softmax", "mra2", "mra2_s", "nystromformer", "linformer", "skeinformer", "yoso", "performer")
+REFERENCE = "softmax"
+#: Folder of the warmed checkpoint (not a method name).
+WARMUP_FOLDER = "head_warmup"
+#: Written into a stage's folder when it has finished, last: a folder without it is resumed.
+DONE_MARKER = "comparison_done.json"
+#: The step-0 weights of a method, one SHA-256 per tensor (the same-start check).
+START_WEIGHTS = "start_weights.json"
+#: The settings every method must share; a rerun with other values is refused.
+SETTINGS_FILE = "comparison.json"
+RESULT_COLUMNS = ("method", "step", "seconds", "eval_loss", "eval_accuracy", "peak_memory_mb")
+#: A method "recovers" when its final accuracy is within this many points of softmax's.
+RECOVERY_POINTS = 1.0
+
+
+@dataclass
+class ComparisonModelArguments(ModelArguments):
+    """The model flags, with ``--attn_config`` holding options per method."""
+
+    attn_config: str | None = field(
+        default=None,
+        metadata={
+            "help": "Options per method: a JSON object keyed by method name, e.g. "
+            '\'{"mra2": {"block_per_row": 8}, "linformer": {"k": 128}}\'. Methods left out take their defaults.'
+        },
+    )
+
+    def __post_init__(self) -> None:
+        if self.attn_impl is not None:
+            raise ValueError("--attn_impl does not apply to a comparison: list the methods in --methods")
+        super().__post_init__()
+
+
+@dataclass
+class ComparisonDataArguments(MLMDataArguments):
+    """``pretrain_mlm.py``'s data flags; without any, the bundled real English Wikipedia articles
+    (gensim's test data) are used, the last 8 held out."""
+
+    data_required = False
+
+
+@dataclass
+class ComparisonArguments:
+    """What is compared, and the head warm-up."""
+
+    methods: str = field(
+        default=",".join(DEFAULT_METHODS),
+        metadata={"help": f"Comma-separated methods, {REFERENCE} (the reference) among them; any of "
+                  + ", ".join(list_methods())},
+    )  # fmt: skip
+    head_warmup_steps: int | None = field(
+        default=None,
+        metadata={
+            "help": "Steps training only the MLM head (exact attention, the rest frozen) before the comparison. "
+            "Default: 100 when the checkpoint's MLM head is new (a checkpoint without one, or one convert_to_long "
+            "added and nothing trained since), else 0."
+        },
+    )
+    head_warmup_learning_rate: float = field(default=1e-3, metadata={"help": "Learning rate of the head warm-up."})
+
+    def __post_init__(self) -> None:
+        if self.head_warmup_steps is not None and (
+            isinstance(self.head_warmup_steps, bool) or not isinstance(self.head_warmup_steps, int)
+            or self.head_warmup_steps < 0
+        ):  # fmt: skip
+            raise ValueError(f"--head_warmup_steps must be 0 or a positive integer, got {self.head_warmup_steps!r}")
+        if not self.head_warmup_learning_rate > 0:
+            raise ValueError(f"--head_warmup_learning_rate must be positive, got {self.head_warmup_learning_rate}")
+        parse_methods(self.methods)
+
+    @property
+    def method_list(self) -> list[str]:
+        return parse_methods(self.methods)
+
+
+def parse_methods(text: str) -> list[str]:
+    """``--methods`` as a list; ``ValueError`` for unknown or repeated names, or no reference."""
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    for name in names:
+        if name not in list_methods():
+            raise ValueError(f"--methods: unknown method {name!r}; known methods: {', '.join(list_methods())}")
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        raise ValueError(f"--methods names {', '.join(repeated)} more than once")
+    if REFERENCE not in names:
+        raise ValueError(f"--methods must include {REFERENCE}, the reference the others are measured against")
+    return names
+
+
+def method_options(methods: Sequence[str], attn_config: str | None) -> dict[str, dict[str, Any]]:
+    """Every method's full options (defaults updated by ``--attn_config[method]``); ``ValueError``
+    for a key that is not a compared method or options a method does not have."""
+    given = parse_attn_config(attn_config)
+    for name, options in given.items():
+        if name not in methods:
+            raise ValueError(
+                f"--attn_config: {name!r} is not one of the compared methods ({', '.join(methods)}); "
+                "its keys are method names, its values their options"
+            )
+        if not isinstance(options, dict):
+            raise ValueError(f"--attn_config: the options of {name!r} must be a JSON object, got {options!r}")
+    return {name: resolve_options(name, given.get(name)).to_dict() for name in methods}
+
+
+# ---- one stage (the head warm-up or one method), run in its own process --------------------------
+
+
+@dataclass
+class Stage:
+    """What one spawned process trains: ``attn_impl`` from ``model_args.model_name_or_path`` into
+    ``training_args.output_dir``; with ``head_only``, only the MLM head."""
+
+    name: str
+    model_args: ModelArguments
+    data_args: ComparisonDataArguments
+    training_args: TrainingArguments
+    seq_len: int
+    head_only: bool = False
+
+    @property
+    def folder(self) -> str:
+        return self.training_args.output_dir
+
+
+def peak_memory_mb(device: torch.device) -> float:
+    """Peak memory of this process so far: allocated GPU memory on CUDA, else the resident set."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / 2**20 if sys.platform == "darwin" else peak / 2**10  # bytes on macOS, KiB on Linux
+
+
+class StepTimer(TrainerCallback, ExportableState):
+    """Adds ``train_seconds`` (optimisation steps only: no evaluation, saving or data loading) and
+    ``peak_memory_mb`` to every evaluation entry of the log history. Both are saved in each
+    checkpoint's trainer state, so a resumed run counts on from where the checkpoint stopped."""
+
+    def __init__(self, seconds: float = 0.0, peak_mb: float = 0.0):
+        self.seconds = seconds
+        self.peak_mb = peak_mb
+        self._began: float | None = None
+
+    def state(self) -> dict[str, Any]:
+        return {"args": {}, "attributes": {"seconds": self.seconds, "peak_mb": self.peak_mb}}
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        saved = state.stateful_callbacks.get(type(self).__name__)  # restored from the checkpoint
+        if isinstance(saved, dict):
+            self.seconds = saved["attributes"]["seconds"]
+            self.peak_mb = saved["attributes"]["peak_mb"]
+
+    def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._began = time.perf_counter()
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.seconds += time.perf_counter() - self._began
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: dict | None = None, **kwargs: Any) -> None:
+        if logs and "eval_loss" in logs:
+            self.peak_mb = max(self.peak_mb, peak_memory_mb(args.device))
+            # Trainer appended a copy of `logs` to the history just before this call.
+            state.log_history[-1].update(train_seconds=self.seconds, peak_memory_mb=self.peak_mb)
+
+
+class StartWeights(TrainerCallback):
+    """Writes :data:`START_WEIGHTS` (a SHA-256 per tensor of the model) when training begins at
+    step 0: what the method really started from."""
+
+    def __init__(self, folder: str):
+        self.folder = folder
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
+        if state.global_step == 0:
+            write_json(os.path.join(self.folder, START_WEIGHTS), tensor_hashes(model.state_dict()))
+
+
+def tensor_hashes(state_dict: dict[str, torch.Tensor]) -> dict[str, str]:
+    """SHA-256 of each tensor's bytes."""
+    return {
+        name: hashlib.sha256(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy()).hexdigest()
+        for name, tensor in state_dict.items()
+    }
+
+
+def freeze_all_but_the_head(model: torch.nn.Module) -> None:
+    """Train only what is outside the encoder (the MLM head's transform and bias); the decoder's
+    weight, tied to the word embeddings, stays frozen with the encoder."""
+    encoder = {id(parameter) for parameter in model.base_model.parameters()}
+    for parameter in model.parameters():  # tied parameters appear once, as the encoder's
+        parameter.requires_grad_(id(parameter) not in encoder)
+
+
+def run_stage(stage: Stage) -> None:
+    """Train one stage (resuming from its last complete checkpoint), save the model, then write its
+    ``results.csv`` (methods) and the done marker."""
+    checkpoint = start_run(stage.training_args)
+    tokenizer = load_tokenizer(stage.model_args)
+    train_set, eval_set = masked_datasets(stage.model_args, stage.data_args, stage.training_args, tokenizer,
+                                          stage.seq_len)  # fmt: skip
+    model = load_model(stage.model_args, AutoModelForMaskedLM)
+    if stage.head_only:
+        freeze_all_but_the_head(model)
+        callbacks = []
+    else:
+        callbacks = [StepTimer(), StartWeights(stage.folder)]
+    trainer = mlm_trainer(model, stage.training_args, tokenizer, train_set, eval_set, callbacks)
+    train_and_save(trainer, checkpoint, len(train_set))
+    if not stage.head_only:
+        write_rows(os.path.join(stage.folder, "results.csv"), evaluation_rows(stage.name, trainer.state.log_history))
+    write_json(os.path.join(stage.folder, DONE_MARKER), {"stage": stage.name, "steps": trainer.state.global_step})
+
+
+def evaluation_rows(method: str, log_history: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per evaluation of the log history, in step order."""
+    return [
+        {"method": method, "step": entry["step"], "seconds": entry["train_seconds"], "eval_loss": entry["eval_loss"],
+         "eval_accuracy": entry["eval_accuracy"], "peak_memory_mb": entry["peak_memory_mb"]}
+        for entry in sorted(log_history, key=lambda entry: entry["step"]) if "eval_loss" in entry
+    ]  # fmt: skip
+
+
+def _stage_process(sender: Any, stage: Stage) -> None:
+    """Sends None when the stage has finished, its one-line message after a user error (which the
+    parent raises as its own); a crash sends nothing."""
+    try:
+        run_stage(stage)
+    except USER_ERRORS as err:
+        sender.send(f"{stage.name}: {one_line(err)}")
+    else:
+        sender.send(None)
+
+
+def run_in_own_process(stage: Stage) -> None:
+    """:func:`run_stage` in a spawned process; its user error is raised here as ``ValueError``."""
+    context = multiprocessing.get_context("spawn")
+    receiver, sender = context.Pipe(duplex=False)
+    process = context.Process(target=_stage_process, args=(sender, stage), name=f"compare-{stage.name}")
+    process.start()
+    sender.close()  # the child's copy stays open: recv() ends when the child sends or dies
+    try:
+        error = receiver.recv()
+    except EOFError:  # died without a word: its exit status tells below
+        error = None
+    process.join()
+    if error is not None:
+        raise ValueError(error)
+    if process.exitcode != 0:
+        raise RuntimeError(
+            f"{stage.name} stopped (exit status {process.exitcode}; see its messages above); "
+            "rerun the same command to resume it"
+        )
+
+
+# ---- the comparison ------------------------------------------------------------------------------
+
+
+def write_json(path: str, value: Any) -> None:
+    """Write ``value`` as JSON atomically (a temporary file, then a rename)."""
+    with open(path + ".tmp", "w") as f:
+        json.dump(value, f, indent=2)
+    os.replace(path + ".tmp", path)
+
+
+def read_json(path: str) -> Any:
+    with open(path) as f:
+        return json.load(f)
+
+
+def is_done(folder: str) -> bool:
+    return os.path.isfile(os.path.join(folder, DONE_MARKER))
+
+
+def head_is_new(model_path: str, config: PretrainedConfig) -> bool:
+    """True when the checkpoint has no trained MLM head: its architecture has none (a ``BertModel``),
+    or ``convert_to_long`` added one (recorded in ``provenance.json``) and no masked-LM stage came after."""
+    if not any(name.endswith(("ForMaskedLM", "ForPreTraining")) for name in config.architectures or []):
+        return True
+    stages = (read_provenance(model_path) or {}).get("stages", [])
+    added = [i for i, stage in enumerate(stages) if stage.get("new_head_tensors")]
+    trained = [i for i, stage in enumerate(stages) if stage.get("stage") == "masked-LM pretraining"]
+    return bool(added) and (not trained or trained[-1] < added[-1])
+
+
+def check_settings(output_dir: str, settings: dict[str, Any]) -> None:
+    """Record ``settings`` in :data:`SETTINGS_FILE`, or ``ValueError`` when the folder holds a
+    comparison made with other settings (its methods would not be comparable)."""
+    path = os.path.join(output_dir, SETTINGS_FILE)
+    if os.path.isfile(path):
+        recorded = read_json(path)
+        changed = sorted(key for key in settings if recorded.get(key) != settings[key])
+        if changed:
+            key = changed[0]
+            raise ValueError(
+                f"--output_dir {output_dir!r} holds a comparison made with {key} = {recorded.get(key)!r}, not "
+                f"{settings[key]!r}; rerun it with the same settings, or give another --output_dir"
+            )
+    os.makedirs(output_dir, exist_ok=True)
+    write_json(path, settings)
+
+
+def stage_arguments(training_args: TrainingArguments, folder: str, **changes: Any) -> TrainingArguments:
+    return dataclasses.replace(training_args, output_dir=folder, **changes)
+
+
+def run_comparison(
+    model_args: ComparisonModelArguments,
+    data_args: ComparisonDataArguments,
+    compare_args: ComparisonArguments,
+    training_args: TrainingArguments,
+) -> list[dict[str, Any]]:
+    """Warm up the head if it is new, train each method (skipping finished ones), write
+    ``results.csv``, ``comparison.png`` and ``summary.md`` into ``--output_dir``; returns the rows."""
+    methods = compare_args.method_list
+    options = method_options(methods, model_args.attn_config)
+    training_args.do_train = training_args.do_eval = True  # what a comparison does, asked for or not
+    check_mlm_run(training_args)
+    if training_args.world_size > 1:
+        raise ValueError("run the comparison as one process (each method gets its own), not under torchrun")
+    if training_args.max_steps <= 0:
+        raise ValueError("give --max_steps N: every method trains the same number of steps")
+    # Trainer takes a fraction of max_steps too; default: 10 evaluations.
+    eval_steps = training_args.eval_steps or max(1, training_args.max_steps // 10)
+    config = load_config(model_args)
+    check_plotting()
+    setup_logging(training_args)
+    output_dir = training_args.output_dir
+    if data_args.dataset_name is None and data_args.train_file is None and data_args.validation_file is None:
+        data_dir = os.path.join(output_dir, "data")
+        if not os.path.isfile(os.path.join(data_dir, "validation.jsonl")):
+            write_wikipedia_jsonl(data_dir)
+        data_args.train_file = os.path.join(data_dir, "train.jsonl")
+        data_args.validation_file = os.path.join(data_dir, "validation.jsonl")
+
+    tokenizer = load_tokenizer(model_args)
+    seq_len = block_length(data_args, tokenizer.model_max_length, max_tokens(config))
+    warmup_steps = compare_args.head_warmup_steps
+    if warmup_steps is None:
+        warmup_steps = 100 if head_is_new(model_args.model_name_or_path, config) else 0
+    check_settings(output_dir, {
+        "model_name_or_path": model_args.model_name_or_path, "max_seq_length": seq_len,
+        "data": [data_args.dataset_name, data_args.train_file, data_args.validation_file],
+        "max_train_samples": data_args.max_train_samples, "max_eval_samples": data_args.max_eval_samples,
+        "max_steps": training_args.max_steps, "num_train_epochs": training_args.num_train_epochs,
+        "batch": [training_args.per_device_train_batch_size, training_args.gradient_accumulation_steps],
+        "learning_rate": training_args.learning_rate, "seed": training_args.seed, "eval_steps": eval_steps,
+        "head_warmup": [warmup_steps, compare_args.head_warmup_learning_rate],
+    })  # fmt: skip
+    # The data are checked here, before any process starts (and tokenised once: the others read the cache).
+    train_set, eval_set = masked_datasets(model_args, data_args, training_args, tokenizer, seq_len)
+    batch = training_args.per_device_train_batch_size * training_args.gradient_accumulation_steps
+    setup = (
+        f"{training_args.max_steps} steps of {batch} x {seq_len} tokens ({len(train_set)} training blocks), learning "
+        f"rate {training_args.learning_rate:g}, seed {training_args.seed}; evaluated every {eval_steps:g} steps on "
+        f"{len(eval_set)} held-out blocks with fixed masks"
+    )
+
+    start = model_args.model_name_or_path
+    if warmup_steps > 0:
+        start = os.path.join(output_dir, WARMUP_FOLDER)
+        warmup = Stage(
+            WARMUP_FOLDER,
+            plain_model_args(model_args, model_args.model_name_or_path, REFERENCE, {}),
+            data_args,
+            stage_arguments(training_args, start, max_steps=warmup_steps, learning_rate=compare_args.
+                            head_warmup_learning_rate, do_eval=False, eval_strategy="no", save_strategy="steps",
+                            save_steps=eval_steps, save_total_limit=1),
+            seq_len,
+            head_only=True,
+        )  # fmt: skip
+        run_or_skip(warmup, f"MLM head warm-up ({warmup_steps} steps, {REFERENCE} attention, the rest frozen)")
+
+    for method in methods:
+        folder = os.path.join(output_dir, method)
+        check_method_folder(folder, method, options[method])
+        stage = Stage(
+            method,
+            plain_model_args(model_args, start, method, options[method]),
+            data_args,
+            # Evaluated at step 0 unless resumed (the resumed history has that evaluation).
+            stage_arguments(training_args, folder, eval_strategy="steps", eval_steps=eval_steps,
+                            eval_on_start=last_complete_checkpoint(folder)[0] is None,
+                            save_strategy="steps", save_steps=eval_steps,
+                            save_total_limit=training_args.save_total_limit or 1),
+            seq_len,
+        )  # fmt: skip
+        run_or_skip(stage, f"{method} {options[method]}")
+        print(method_line(read_rows(os.path.join(folder, "results.csv"))), flush=True)
+
+    check_same_start(output_dir, methods)
+    rows = [row for method in methods for row in read_rows(os.path.join(output_dir, method, "results.csv"))]
+    write_rows(os.path.join(output_dir, "results.csv"), rows)
+    plot_comparison(rows, os.path.join(output_dir, "comparison.png"), seq_len)
+    with open(os.path.join(output_dir, "summary.md"), "w") as f:
+        f.write(summary_markdown(rows, seq_len, model_args.model_name_or_path, warmup_steps, setup))
+    print(f"wrote results.csv, comparison.png and summary.md to {output_dir}", flush=True)
+    return rows
+
+
+def plain_model_args(
+    model_args: ComparisonModelArguments, path: str, attn_impl: str, options: dict[str, Any]
+) -> ModelArguments:
+    """The model flags of one stage: ``path`` loaded with ``attn_impl`` and its ``options``."""
+    shared = {f.name: getattr(model_args, f.name) for f in dataclasses.fields(ModelArguments) if f.init}
+    return ModelArguments(**{**shared, "model_name_or_path": path, "attn_impl": attn_impl,
+                             "attn_config": json.dumps(options)})  # fmt: skip
+
+
+def check_method_folder(folder: str, method: str, options: dict[str, Any]) -> None:
+    """Record the method's options in ``folder/method.json``, or ``ValueError`` when the folder
+    holds a run of the method with other options."""
+    path = os.path.join(folder, "method.json")
+    recorded = {"attn_impl": method, "attn_config": options}
+    if os.path.isfile(path) and read_json(path) != recorded:
+        raise ValueError(
+            f"{folder!r} holds a {method} run with options {read_json(path)['attn_config']}, not {options}; "
+            "rerun with the same --attn_config, or give another --output_dir"
+        )
+    os.makedirs(folder, exist_ok=True)
+    write_json(path, recorded)
+
+
+def run_or_skip(stage: Stage, description: str) -> None:
+    """Run the stage in its own process unless it has finished before."""
+    if is_done(stage.folder):
+        print(f"{stage.name}: finished before, skipped ({stage.folder})", flush=True)
+        return
+    print(f"{stage.name}: training {description} in {stage.folder}", flush=True)
+    run_in_own_process(stage)
+
+
+def check_same_start(output_dir: str, methods: Sequence[str]) -> None:
+    """``RuntimeError`` unless every method began with the reference's weights (the tensors they
+    share: a method may add its own, such as Linformer's projections)."""
+    reference = read_json(os.path.join(output_dir, REFERENCE, START_WEIGHTS))
+    for method in methods:
+        weights = read_json(os.path.join(output_dir, method, START_WEIGHTS))
+        differ = sorted(name for name in weights.keys() & reference.keys() if weights[name] != reference[name])
+        if differ:
+            raise RuntimeError(f"{method} did not start from {REFERENCE}'s weights: {', '.join(differ[:3])} differ")
+
+
+def write_rows(path: str, rows: Sequence[dict[str, Any]]) -> None:
+    with open(path + ".tmp", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=RESULT_COLUMNS)
+        writer.writeheader()
+        writer.writerows(rows)
+    os.replace(path + ".tmp", path)
+
+
+def read_rows(path: str) -> list[dict[str, Any]]:
+    with open(path, newline="") as f:
+        return [
+            {key: value if key == "method" else int(value) if key == "step" else float(value)
+             for key, value in row.items()}
+            for row in csv.DictReader(f)
+        ]  # fmt: skip
+
+
+def final_rows(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Each method's last evaluation, with ``seconds_per_step``, in the rows' method order."""
+    final: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        if row["method"] not in final or row["step"] > final[row["method"]]["step"]:
+            final[row["method"]] = {**row, "seconds_per_step": row["seconds"] / max(row["step"], 1)}
+    return final
+
+
+def method_line(rows: Sequence[dict[str, Any]]) -> str:
+    """The console line of a finished method."""
+    last = next(iter(final_rows(rows).values()))
+    return (
+        f"{last['method']}: step {last['step']}, eval accuracy {last['eval_accuracy']:.4f}, eval loss "
+        f"{last['eval_loss']:.4f}, {last['seconds_per_step']:.2f} s/step, peak memory {last['peak_memory_mb']:.0f} MB"
+    )
+
+
+def recommendation(final: dict[str, dict[str, Any]], seq_len: int) -> str:
+    """The fastest method whose accuracy is within :data:`RECOVERY_POINTS` of the reference's and
+    that is faster per step; the reference when there is none."""
+    reference = final[REFERENCE]
+
+    def gap(method: str) -> float:
+        return 100 * (final[method]["eval_accuracy"] - reference["eval_accuracy"])
+
+    def speed_up(method: str) -> float:
+        return reference["seconds_per_step"] / final[method]["seconds_per_step"]
+
+    close = [method for method in final if method != REFERENCE and gap(method) >= -RECOVERY_POINTS]
+    faster = [method for method in close if speed_up(method) > 1]
+    if faster:
+        best = max(faster, key=speed_up)
+        return (
+            f"At {seq_len} tokens, use `{best}`: {gap(best):+.2f} points of accuracy against `{REFERENCE}`, "
+            f"{speed_up(best):.2f}x its training speed."
+        )
+    if close:
+        return (
+            f"At {seq_len} tokens, use `{REFERENCE}`: {', '.join(f'`{m}`' for m in close)} came within "
+            f"{RECOVERY_POINTS:g} point of its accuracy but train no faster at this length."
+        )
+    return f"At {seq_len} tokens, use `{REFERENCE}`: no method came within {RECOVERY_POINTS:g} point of its accuracy."
+
+
+def summary_markdown(
+    rows: Sequence[dict[str, Any]], seq_len: int, model: str, warmup_steps: int, setup: str
+) -> str:
+    """``summary.md``: the final evaluation of each method against the reference, and the
+    recommendation; ``setup`` says how much training and evaluation that was."""
+    final = final_rows(rows)
+    reference = final[REFERENCE]
+    warmed = f", after a {warmup_steps}-step MLM-head warm-up with `{REFERENCE}` attention" if warmup_steps else ""
+    lines = [
+        f"# Attention methods at {seq_len} tokens",
+        "",
+        f"Continued masked-LM training of `{model}`: every method from the same weights{warmed}, on the same "
+        f"batches with the same masks: {setup}. Held-out masked-token accuracy and loss at "
+        f"the last step; `{REFERENCE}` "
+        "(exact attention) is the reference. Seconds per step count optimisation steps only; peak memory is the "
+        "method's process (resident set on CPU, allocated memory on GPU).",
+        "",
+        f"| method | steps | eval accuracy | gap to {REFERENCE} (points) | eval loss | seconds per step "
+        f"| speed-up vs {REFERENCE} | peak memory (MB) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for method, row in final.items():
+        gap = 100 * (row["eval_accuracy"] - reference["eval_accuracy"])
+        speed_up = reference["seconds_per_step"] / row["seconds_per_step"]
+        lines.append(
+            f"| `{method}` | {row['step']} | {row['eval_accuracy']:.4f} | {gap:+.2f} | {row['eval_loss']:.4f} "
+            f"| {row['seconds_per_step']:.2f} | {speed_up:.2f}x | {row['peak_memory_mb']:.0f} |"
+        )
+    lines += ["", f"**Recommendation.** {recommendation(final, seq_len)}", ""]
+    return "\n".join(lines)
+
+
+def check_plotting() -> None:
+    """``ModuleNotFoundError`` saying how to install matplotlib, before any training."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError as err:
+        raise ModuleNotFoundError("comparison.png needs matplotlib: pip install matplotlib") from err
+
+
+def plot_comparison(rows: Sequence[dict[str, Any]], path: str, seq_len: int) -> None:
+    """Accuracy against steps and against training seconds, one line per method."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, no display
+    import matplotlib.pyplot as plt
+
+    figure, (by_step, by_time) = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
+    for method in dict.fromkeys(row["method"] for row in rows):
+        mine = [row for row in rows if row["method"] == method]
+        style = {"color": "black", "linewidth": 2.5} if method == REFERENCE else {"linewidth": 1.5}
+        accuracy = [row["eval_accuracy"] for row in mine]
+        by_step.plot([row["step"] for row in mine], accuracy, marker="o", markersize=3, label=method, **style)
+        by_time.plot([row["seconds"] for row in mine], accuracy, marker="o", markersize=3, label=method, **style)
+    by_step.set(xlabel="training step", ylabel="held-out masked-token accuracy")
+    by_time.set(xlabel="training seconds (optimisation steps only)")
+    by_step.legend()
+    for axes in (by_step, by_time):
+        axes.grid(alpha=0.3)
+    figure.suptitle(f"Continued masked-LM training at {seq_len} tokens, each attention method from the same weights")
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+
+
+def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    """Command line of ``scripts/compare_methods.py``."""
+    types = (ComparisonModelArguments, ComparisonDataArguments, ComparisonArguments, TrainingArguments)
+    return run_comparison(*parse_arguments(types, argv))

@@ -1,0 +1,180 @@
+"""The method comparison (scripts/compare_methods.py): a tiny comparison writes its CSV, plot and
+summary against softmax; every method starts from the same warmed weights (the head warm-up trains
+the head only); a rerun skips finished methods and resumes an interrupted one; bad flags are one
+line; the recommendation follows the numbers."""
+
+import os
+import shutil
+
+import pytest
+import torch
+import transformers as T
+from safetensors.torch import load_file
+from training_fixtures import small_tokenizer, tiny_config, write_news_files
+
+from hf_efficient_attn.cli_errors import run_cli
+from hf_efficient_attn.training.compare import (
+    DONE_MARKER,
+    START_WEIGHTS,
+    main,
+    read_json,
+    read_rows,
+    recommendation,
+    tensor_hashes,
+)
+
+SEQ = 64
+STEPS, EVERY = 4, 2
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory):
+    """A tiny sentence encoder without an MLM head (as all-MiniLM-L6-v2) and real news text."""
+    root = tmp_path_factory.mktemp("compare")
+    train, validation = write_news_files(str(root))
+    T.set_seed(0)
+    T.AutoModel.from_config(tiny_config()).save_pretrained(root / "encoder")
+    small_tokenizer().save_pretrained(root / "encoder")
+    return {"root": root, "train": train, "validation": validation, "model": str(root / "encoder")}
+
+
+def arguments(workspace, output_dir, *extra):
+    return [
+        "--model_name_or_path", workspace["model"], "--methods", "softmax,linformer",
+        "--attn_config", '{"linformer": {"k": 16}}', "--train_file", workspace["train"],
+        "--validation_file", workspace["validation"], "--max_seq_length", str(SEQ), "--max_steps", str(STEPS),
+        "--eval_steps", str(EVERY), "--head_warmup_steps", "2", "--per_device_train_batch_size", "4",
+        "--per_device_eval_batch_size", "8", "--max_eval_samples", "8", "--learning_rate", "5e-3",
+        "--save_total_limit", "2", "--output_dir", str(output_dir), "--report_to", "none",
+        "--disable_tqdm", "true", "--seed", "7",
+    ]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def finished(workspace):
+    """One whole tiny comparison, shared by the tests that read it."""
+    out = workspace["root"] / "out"
+    rows = main(arguments(workspace, out))
+    return out, rows
+
+
+def test_a_tiny_comparison_writes_its_csv_plot_and_summary(finished):
+    out, rows = finished
+    saved = read_rows(out / "results.csv")
+    assert saved == rows
+    assert list(saved[0]) == ["method", "step", "seconds", "eval_loss", "eval_accuracy", "peak_memory_mb"]
+    for method in ("softmax", "linformer"):
+        mine = [row for row in saved if row["method"] == method]
+        assert [row["step"] for row in mine] == [0, 2, 4]
+        assert mine[0]["seconds"] == 0 and 0 < mine[1]["seconds"] < mine[2]["seconds"]
+        assert all(row["peak_memory_mb"] > 0 and 0 <= row["eval_accuracy"] <= 1 for row in mine)
+        assert (out / method / DONE_MARKER).is_file()
+    assert (out / "comparison.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    summary = (out / "summary.md").read_text()
+    assert "`softmax` (exact attention) is the reference" in summary
+    table = [line for line in summary.splitlines() if line.startswith("| `")]
+    assert [line.split("|")[1].strip() for line in table] == ["`softmax`", "`linformer`"]
+    assert table[0].split("|")[4].strip() == "+0.00" and table[0].split("|")[7].strip() == "1.00x"
+    assert "**Recommendation.** At 64 tokens, use `" in summary
+
+
+def test_every_method_starts_from_the_warmed_checkpoint(workspace, finished):
+    """The same-start property: each method's step-0 weights are the warmed checkpoint's (Linformer
+    adds its projections); the warm-up trained the MLM head and left the encoder as it was."""
+    out, _ = finished
+    warmed = load_file(out / "head_warmup" / "model.safetensors")
+    expected = tensor_hashes(warmed)
+    for method in ("softmax", "linformer"):
+        started = read_json(out / method / START_WEIGHTS)
+        shared = started.keys() & expected.keys()
+        assert len(shared) == len(expected)  # (the decoder weight is saved once, as the tied embeddings')
+        assert {name: started[name] for name in shared} == expected
+    assert set(read_json(out / "linformer" / START_WEIGHTS)) - set(read_json(out / "softmax" / START_WEIGHTS))
+
+    encoder = load_file(os.path.join(workspace["model"], "model.safetensors"))
+    assert tensor_hashes({f"bert.{name}": t for name, t in encoder.items() if "pooler" not in name}) == {
+        name: digest for name, digest in expected.items() if not name.startswith("cls.")
+    }  # frozen
+    head = [name for name, _ in T.BertForMaskedLM(tiny_config()).named_parameters() if not name.startswith("bert.")]
+    optimizer = torch.load(out / "head_warmup" / "checkpoint-2" / "optimizer.pt", weights_only=True)
+    assert len(optimizer["state"]) == len(head) == 5  # trained: the head (tied decoder weight excluded)
+
+
+def test_a_rerun_skips_finished_methods_and_resumes_an_interrupted_one(workspace, finished, tmp_path, capfd):
+    """softmax finished; linformer was interrupted after its step-2 checkpoint: the rerun skips
+    softmax and the warm-up, resumes linformer at step 2 and ends with the uninterrupted results."""
+    out, rows = finished
+    again = tmp_path / "again"
+    shutil.copytree(out, again)
+    for name in os.listdir(again / "linformer"):
+        if name not in ("checkpoint-2", "method.json", START_WEIGHTS):
+            path = again / "linformer" / name
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+    os.remove(again / "results.csv")
+    capfd.readouterr()
+    resumed = main(arguments(workspace, again))
+    output = capfd.readouterr()
+    console = output.out + output.err
+    assert "head_warmup: finished before, skipped" in console and "softmax: finished before, skipped" in console
+    assert f"resuming from {again / 'linformer' / 'checkpoint-2'}" in console
+    assert "linformer: step 4, eval accuracy" in console
+
+    assert [(row["method"], row["step"], row["eval_accuracy"]) for row in resumed] == [
+        (row["method"], row["step"], row["eval_accuracy"]) for row in rows
+    ]
+    assert [row["eval_loss"] for row in resumed] == pytest.approx([row["eval_loss"] for row in rows], rel=1e-6)
+    seconds = {(row["method"], row["step"]): row["seconds"] for row in resumed}
+    previous = {(row["method"], row["step"]): row["seconds"] for row in rows}
+    assert seconds[("linformer", 2)] == previous[("linformer", 2)]  # counted on from the checkpoint
+    assert seconds[("linformer", 4)] > seconds[("linformer", 2)]
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--methods", "softmax,mra3"], "--methods: unknown method 'mra3'; known methods: "),
+        (["--methods", "mra2,linformer"], "--methods must include softmax"),
+        (["--methods", "softmax,mra2,mra2"], "--methods names mra2 more than once"),
+        (["--attn_config", '{"mra2": {"k": 3}}'], "--attn_config: 'mra2' is not one of the compared methods"),
+        (["--attn_config", '{"linformer": {"rank": 3}}'], "unknown option(s) ['rank'] for method 'linformer'"),
+        (["--attn_config", "[1]"], "--attn_config must be a JSON object"),
+        (["--attn_impl", "mra2"], "--attn_impl does not apply to a comparison"),
+        (["--max_steps", "-1"], "give --max_steps N"),
+        (["--head_warmup_steps", "-3"], "--head_warmup_steps must be 0 or a positive integer"),
+        (["--max_seq_length", "512"], "--max_seq_length 512 exceeds the model's position table (130 tokens)"),
+        (["--model_name_or_path", "./no/such/model"], "no such folder"),
+        (["--methodz", "softmax"], "unknown flag --methodz (did you mean --methods?)"),
+    ],
+)
+def test_bad_flags_are_one_line_errors(workspace, tmp_path, capsys, extra, message):
+    with pytest.raises(SystemExit) as exit_:
+        run_cli(main, arguments(workspace, tmp_path / "out") + extra)
+    assert exit_.value.code == 2
+    error = capsys.readouterr().err.strip()
+    assert error.startswith("error: ") and "\n" not in error and message in error
+    assert not (tmp_path / "out" / "softmax").exists()  # refused before anything ran
+
+
+def test_a_rerun_with_other_settings_is_refused(finished, workspace, capsys):
+    out, _ = finished
+    with pytest.raises(SystemExit):
+        run_cli(main, arguments(workspace, out) + ["--learning_rate", "1e-3"])
+    assert "holds a comparison made with learning_rate = 0.005, not 0.001" in capsys.readouterr().err
+
+
+def row(method, accuracy, seconds_per_step):
+    return {"method": method, "eval_accuracy": accuracy, "seconds_per_step": seconds_per_step}
+
+
+@pytest.mark.parametrize(
+    "others, expected",
+    [
+        ([row("a", 0.495, 1.0), row("b", 0.499, 2.0), row("c", 0.40, 0.5)], "use `a`: -0.50 points"),
+        ([row("b", 0.499, 2.0), row("c", 0.40, 0.5)], "use `b`: -0.10 points"),
+        ([row("b", 0.499, 5.0)], "use `softmax`: `b` came within 1 point of its accuracy but train no faster"),
+        ([row("c", 0.40, 0.5)], "use `softmax`: no method came within 1 point"),
+    ],
+)
+def test_the_recommendation_is_the_fastest_method_within_a_point(others, expected):
+    final = {r["method"]: r for r in [row("softmax", 0.50, 4.0), *others]}
+    assert expected in recommendation(final, 2048)
