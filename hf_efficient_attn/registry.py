@@ -111,7 +111,7 @@ def resolve_method(
     saved = getattr(config, "attn_impl", None)
     name = attn_impl or saved
     if name is None:
-        if attn_config is not None:
+        if attn_config:  # an empty attn_config (a flag left at its default) names no option
             raise ValueError(
                 "attn_config was given without attn_impl, and the config saves no method; "
                 f"name one with attn_impl= (known methods: {', '.join(list_methods())})"

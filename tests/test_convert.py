@@ -79,7 +79,8 @@ def test_length_bound_method_is_sized_after_the_extension(tmp_path):
 
 
 def test_real_checkpoint_without_mlm_head_gets_a_new_one(tmp_path, capsys):
-    """all-MiniLM-L6-v2 is a BertModel: the CLI adds a head, says so, and keeps the encoder."""
+    """all-MiniLM-L6-v2 is a BertModel: the CLI adds a head, says so, and keeps the encoder (no
+    --attn_impl: the attention stays Transformers' own)."""
     out = str(tmp_path / "minilm")
     report = main(
         [
@@ -87,8 +88,6 @@ def test_real_checkpoint_without_mlm_head_gets_a_new_one(tmp_path, capsys):
             str(minilm_path()),
             "--max_length",
             "1024",
-            "--attn_impl",
-            "softmax",
             "--output_dir",
             out,
         ]
