@@ -134,8 +134,8 @@ def test_a_rerun_skips_finished_methods_and_resumes_an_interrupted_one(workspace
     [
         (["--methods", "softmax,mra3"], "--methods: unknown method 'mra3'; known methods: "),
         (["--methods", "mra2,linformer"], "--methods must include softmax"),
-        (["--methods", "softmax,mra2,mra2"], "--methods names mra2 more than once"),
-        (["--attn_config", '{"mra2": {"k": 3}}'], "--attn_config: 'mra2' is not one of the compared methods"),
+        (["--methods", "softmax,mra2,mra2"], "--methods must name each method once"),
+        (["--attn_config", '{"mra2": {"k": 3}}'], "--attn_config: 'mra2' is not a method of this run"),
         (["--attn_config", '{"linformer": {"rank": 3}}'], "unknown option(s) ['rank'] for method 'linformer'"),
         (["--attn_config", "[1]"], "--attn_config must be a JSON object"),
         (["--attn_impl", "mra2"], "--attn_impl does not apply to a comparison"),

@@ -41,7 +41,7 @@ from .. import AutoModelForMaskedLM
 from ..cli_errors import USER_ERRORS, one_line
 from ..long import max_tokens
 from ..registry import list_methods, resolve_options
-from .args import ModelArguments, parse_arguments, parse_attn_config
+from .args import ModelArguments, parse_arguments, parse_method_configs, parse_method_names
 from .data import write_wikipedia_jsonl
 from .driver import last_complete_checkpoint, load_config, load_model, load_tokenizer, setup_logging, start_run, train_and_save
 from .mlm import MLMDataArguments, block_length, check_mlm_run, masked_datasets, mlm_trainer
@@ -127,31 +127,17 @@ class ComparisonArguments:
 
 
 def parse_methods(text: str) -> list[str]:
-    """``--methods`` as a list; ``ValueError`` for unknown or repeated names, or no reference."""
-    names = [name.strip() for name in text.split(",") if name.strip()]
-    for name in names:
-        if name not in list_methods():
-            raise ValueError(f"--methods: unknown method {name!r}; known methods: {', '.join(list_methods())}")
-    repeated = sorted({name for name in names if names.count(name) > 1})
-    if repeated:
-        raise ValueError(f"--methods names {', '.join(repeated)} more than once")
+    """``--methods`` as a list (:func:`.args.parse_method_names`), the reference among them."""
+    names = parse_method_names(text, list_methods(), DEFAULT_METHODS)
     if REFERENCE not in names:
         raise ValueError(f"--methods must include {REFERENCE}, the reference the others are measured against")
     return names
 
 
 def method_options(methods: Sequence[str], attn_config: str | None) -> dict[str, dict[str, Any]]:
-    """Every method's full options (defaults updated by ``--attn_config[method]``); ``ValueError``
-    for a key that is not a compared method or options a method does not have."""
-    given = parse_attn_config(attn_config)
-    for name, options in given.items():
-        if name not in methods:
-            raise ValueError(
-                f"--attn_config: {name!r} is not one of the compared methods ({', '.join(methods)}); "
-                "its keys are method names, its values their options"
-            )
-        if not isinstance(options, dict):
-            raise ValueError(f"--attn_config: the options of {name!r} must be a JSON object, got {options!r}")
+    """Every method's full options: defaults updated by ``--attn_config[method]``
+    (:func:`.args.parse_method_configs` checks the keys and options)."""
+    given = parse_method_configs(attn_config, methods)
     return {name: resolve_options(name, given.get(name)).to_dict() for name in methods}
 
 
