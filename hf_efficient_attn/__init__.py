@@ -8,7 +8,7 @@ parameter-free methods.
 __version__ = "0.2.0"
 
 from . import methods  # noqa: F401,E402  (registers the methods; must come before the bridge)
-from .auto import (  # noqa: E402
+from .integration.auto import (  # noqa: E402
     AutoModel,
     AutoModelForMaskedLM,
     AutoModelForMultipleChoice,
@@ -17,8 +17,8 @@ from .auto import (  # noqa: E402
     AutoModelForSequenceClassification,
     AutoModelForTokenClassification,
 )
-from .long import extend_position_embeddings  # noqa: E402
-from .patching import modules_to_save, patch_model, unpatch_model  # noqa: E402
+from .integration.patching import modules_to_save, patch_model, unpatch_model  # noqa: E402
+from .integration.positions import extend_position_embeddings  # noqa: E402
 from .presets import load_preset  # noqa: E402
 from .registry import efficient_attention, list_methods, method_options, register_method  # noqa: E402
 

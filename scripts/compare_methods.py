@@ -15,8 +15,8 @@ resumes an interrupted comparison (finished methods are not rerun). Without --tr
 scripts/pretrain_mlm.py and every TrainingArguments flag.
 """
 
-from hf_efficient_attn.cli_errors import run_cli
-from hf_efficient_attn.training.compare import main
+from hf_efficient_attn.tasks.mlm.compare import main
+from hf_efficient_attn.utils.cli_errors import run_cli
 
 if __name__ == "__main__":
     run_cli(main)

@@ -8,8 +8,8 @@ model ready for scripts/pretrain_mlm.py:
 Prints what it did (positions copied, method, new MLM head if the checkpoint had none).
 """
 
-from hf_efficient_attn.cli_errors import run_cli
-from hf_efficient_attn.convert import main
+from hf_efficient_attn.tasks.convert import main
+from hf_efficient_attn.utils.cli_errors import run_cli
 
 if __name__ == "__main__":
     run_cli(main)

@@ -7,8 +7,8 @@ Writes model.onnx (dynamic batch and sequence dimensions), the tokenizer and con
 checks that ONNX Runtime equals PyTorch on a padded batch at the export length and another length.
 """
 
-from hf_efficient_attn.cli_errors import run_cli
 from hf_efficient_attn.serving.cli import main
+from hf_efficient_attn.utils.cli_errors import run_cli
 
 if __name__ == "__main__":
     run_cli(main)

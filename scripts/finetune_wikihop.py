@@ -13,8 +13,8 @@ predictions.json (id -> predicted candidate). Works under torchrun and accelerat
 (configs/accelerate/).
 """
 
-from hf_efficient_attn.cli_errors import run_cli
-from hf_efficient_attn.training.wikihop import main
+from hf_efficient_attn.tasks.wikihop.finetune import main
+from hf_efficient_attn.utils.cli_errors import run_cli
 
 if __name__ == "__main__":
     run_cli(main)

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 #: What a copy needs to run the tests (no .git, no virtual environment, no outputs).
-COPIED = ("hf_efficient_attn", "tests", "scripts", "configs", "setup.cfg", "pyproject.toml")
+COPIED = ("hf_efficient_attn", "model_cards", "tests", "scripts", "configs", "setup.cfg", "pyproject.toml")
 
 
 @dataclass(frozen=True)
@@ -43,107 +43,107 @@ P = "hf_efficient_attn/"
 T = "tests/"
 MUTATIONS: list[Mutation] = [
     # ---- masked-LM pretraining ------------------------------------------------------------------
-    Mutation(P + "training/mlm.py", "DataCollatorForLanguageModeling(tokenizer, mlm_probability=data_args.mlm_probability)",
+    Mutation(P + "tasks/mlm/pretrain.py", "DataCollatorForLanguageModeling(tokenizer, mlm_probability=data_args.mlm_probability)",
              "DataCollatorForLanguageModeling(tokenizer)", (T + "test_mlm.py::-k mlm_probability_sets",),
              "--mlm_probability ignored"),
-    Mutation(P + "training/mlm.py", "mask_seed = training_args.data_seed if training_args.data_seed is not None else "
+    Mutation(P + "tasks/mlm/pretrain.py", "mask_seed = training_args.data_seed if training_args.data_seed is not None else "
              "training_args.seed", "mask_seed = training_args.seed", (T + "test_mlm.py::-k seeds_choose",),
              "--data_seed ignored by the masks"),
-    Mutation(P + "training/mlm.py", "DeterministicallyMaskedDataset(eval_examples, masker, data_args.eval_mask_seed)",
+    Mutation(P + "tasks/mlm/pretrain.py", "DeterministicallyMaskedDataset(eval_examples, masker, data_args.eval_mask_seed)",
              "DeterministicallyMaskedDataset(eval_examples, masker, mask_seed)", (T + "test_mlm.py::-k seeds_choose",),
              "validation masks follow the training seed"),
-    Mutation(P + "training/mlm.py", "prepare = tokenize_lines if data_args.line_by_line else tokenize_in_blocks",
+    Mutation(P + "tasks/mlm/pretrain.py", "prepare = tokenize_lines if data_args.line_by_line else tokenize_in_blocks",
              "prepare = tokenize_in_blocks", (T + "test_mlm.py::-k line_by_line",), "--line_by_line ignored"),
-    Mutation(P + "training/mlm.py", "return data_args.max_seq_length or min(tokenizer_limit, model_limit)",
+    Mutation(P + "tasks/common/args.py", "return data_args.max_seq_length or min(tokenizer_limit, model_limit)",
              "return min(tokenizer_limit, model_limit)", (T + "test_mlm.py::-k max_seq_length_is",),
              "--max_seq_length ignored"),
-    Mutation(P + "training/mlm.py", 'first_rows(tokenized["train"], data_args.max_train_samples)',
+    Mutation(P + "tasks/mlm/pretrain.py", 'first_rows(tokenized["train"], data_args.max_train_samples)',
              'first_rows(tokenized["train"], None)', (T + "test_mlm.py::-k sample_limits",),
              "--max_train_samples ignored"),
-    Mutation(P + "training/mlm.py", "else \"validation\"], data_args.text_column_name)",
+    Mutation(P + "tasks/mlm/pretrain.py", "else \"validation\"], data_args.text_column_name)",
              "else \"validation\"], None)", (T + "test_mlm.py::-k text_column_name",), "--text_column_name ignored"),
-    Mutation(P + "training/mlm.py", "        data_args.validation_split_percentage,\n", "        5,\n",
+    Mutation(P + "tasks/mlm/pretrain.py", "        data_args.validation_split_percentage,\n", "        5,\n",
              (T + "test_mlm.py::-k carved",), "--validation_split_percentage ignored"),
-    Mutation(P + "training/mlm.py", "        data_args.dataset_config_name,\n", "        None,\n",
+    Mutation(P + "tasks/mlm/pretrain.py", "        data_args.dataset_config_name,\n", "        None,\n",
              (T + "test_mlm.py::-k dataset_name_and_config",), "--dataset_config_name ignored"),
-    Mutation(P + "training/mlm.py", "compute_loss_func=global_mean_loss,", "compute_loss_func=None,",
+    Mutation(P + "tasks/mlm/pretrain.py", "compute_loss_func=global_mean_loss,", "compute_loss_func=None,",
              (T + "test_mlm.py::-k gradient_accumulation",), "MLM loss scaled by accumulation (Trainer's default)"),
-    Mutation(P + "training/data.py", "return train.select(range(count, len(train))), train.select(range(count))",
+    Mutation(P + "tasks/common/data.py", "return train.select(range(count, len(train))), train.select(range(count))",
              "return train, train.select(range(count))", (T + "test_mlm.py::-k carved",),
              "carved validation rows left in the training set"),
-    Mutation(P + "training/data.py", "truncation=True, max_length=max_length, return_special_tokens_mask=True",
+    Mutation(P + "tasks/common/data.py", "truncation=True, max_length=max_length, return_special_tokens_mask=True",
              "truncation=True, max_length=max_length - 1, return_special_tokens_mask=True",
              (T + "test_mlm.py::-k line_by_line",), "lines truncated one token short"),
-    Mutation(P + "training/masking.py", "example_seed(self.seed, self.epoch, int(index))",
+    Mutation(P + "tasks/common/masking.py", "example_seed(self.seed, self.epoch, int(index))",
              "example_seed(self.seed, self.epoch, 0)", (T + "test_mlm.py::-k masks_are_a_function",),
              "every example masked alike"),
-    Mutation(P + "training/masking.py", "example_seed(self.seed, self.epoch, int(index))",
+    Mutation(P + "tasks/common/masking.py", "example_seed(self.seed, self.epoch, int(index))",
              'example_seed(self.seed + int(__import__("os").environ.get("RANK", "0")), self.epoch, int(index))',
              (T + "test_mlm_multiprocess.py::-k two_processes",), "masks differ between processes", slow=True),
-    Mutation(P + "training/masking.py", "self.dataset.set_epoch(int(state.epoch or 0))", "self.dataset.set_epoch(0)",
+    Mutation(P + "tasks/common/masking.py", "self.dataset.set_epoch(int(state.epoch or 0))", "self.dataset.set_epoch(0)",
              (T + "test_mlm.py::-k epoch_callback",), "the same masks every epoch"),
-    Mutation(P + "training/loss.py", "    return total / num_items_in_batch", "    return total / count",
+    Mutation(P + "tasks/common/loss.py", "    return total / num_items_in_batch", "    return total / count",
              (T + "test_glue.py::-k gradient_accumulation",), "loss divided by the micro-batch's own count"),
     # ---- GLUE --------------------------------------------------------------------------------------
-    Mutation(P + "training/glue.py", '("entailment", "neutral", "contradiction"), "accuracy", True',
+    Mutation(P + "tasks/glue.py", '("entailment", "neutral", "contradiction"), "accuracy", True',
              '("entailment", "contradiction", "neutral"), "accuracy", True',
              (T + "test_glue.py::-k canonical",), "MNLI label order not the Hub's"),
-    Mutation(P + "training/glue.py", '("not_duplicate", "duplicate")', '("duplicate", "not_duplicate")',
+    Mutation(P + "tasks/glue.py", '("not_duplicate", "duplicate")', '("duplicate", "not_duplicate")',
              (T + "test_glue.py::-k canonical",), "QQP label order not the Hub's"),
-    Mutation(P + "training/glue.py", '("question", "sentence"), ("entailment", "not_entailment")',
+    Mutation(P + "tasks/glue.py", '("question", "sentence"), ("entailment", "not_entailment")',
              '("sentence", "question"), ("entailment", "not_entailment")', (T + "test_glue.py::-k canonical",),
              "QNLI's columns swapped"),
-    Mutation(P + "training/glue.py", 'if str(getattr(train.features["label"], "dtype", "")).startswith("float"):',
+    Mutation(P + "tasks/glue.py", 'if str(getattr(train.features["label"], "dtype", "")).startswith("float"):',
              'if getattr(train.features["label"], "dtype", None) == "float32":',
              (T + "test_glue.py::-k labels_type or csv_file",), "float64 labels read as classes"),
-    Mutation(P + "training/glue.py", 'metric = task.metric if task else ("mse" if regression else "accuracy")',
+    Mutation(P + "tasks/glue.py", 'metric = task.metric if task else ("mse" if regression else "accuracy")',
              'metric = task.metric if task else "accuracy"', (T + "test_glue.py::-k csv_file",),
              "regression without a task scored as classes"),
-    Mutation(P + "training/glue.py", "compute_loss_func=global_mean_loss,", "compute_loss_func=None,",
+    Mutation(P + "tasks/glue.py", "compute_loss_func=global_mean_loss,", "compute_loss_func=None,",
              (T + "test_glue.py::-k gradient_accumulation",), "fine-tuning loss scaled by accumulation"),
-    Mutation(P + "training/glue.py", "        collator = default_data_collator\n",
+    Mutation(P + "tasks/glue.py", "        collator = default_data_collator\n",
              "        collator = DataCollatorWithPadding(tokenizer)\n", (T + "test_glue.py::-k lengths_padding",),
              "--pad_to_max_length ignored"),
-    Mutation(P + "training/glue.py", "padding=padding, max_length=max_length, truncation=True",
+    Mutation(P + "tasks/glue.py", "padding=padding, max_length=max_length, truncation=True",
              "padding=padding, max_length=128, truncation=True", (T + "test_glue.py::-k lengths_padding",),
              "--max_seq_length ignored"),
-    Mutation(P + "training/glue.py", "rows = first_rows(tokenized[split], data_args.max_predict_samples)",
+    Mutation(P + "tasks/glue.py", "rows = first_rows(tokenized[split], data_args.max_predict_samples)",
              "rows = tokenized[split]", (T + "test_glue.py::-k gradient_accumulation",),
              "--max_predict_samples ignored"),
-    Mutation(P + "training/metrics.py", '"f1": lambda: f1_score(labels, predictions),',
+    Mutation(P + "tasks/common/metrics.py", '"f1": lambda: f1_score(labels, predictions),',
              '"f1": lambda: f1_score(labels, predictions, average="macro"),',
              (T + "test_glue.py::-k scores_equal",), "F1 averaged over both classes"),
-    Mutation(P + "training/metrics.py", '"mse": lambda: mean_squared_error(labels, predictions),',
+    Mutation(P + "tasks/common/metrics.py", '"mse": lambda: mean_squared_error(labels, predictions),',
              '"mse": lambda: mean_squared_error(labels, predictions) ** 0.5,',
              (T + "test_glue.py::-k accuracy_mse",), "mse reported as its root"),
-    Mutation(P + "training/metrics.py", "return logits[:, 0] if self.regression else logits.argmax(axis=-1)",
+    Mutation(P + "tasks/common/metrics.py", "return logits[:, 0] if self.regression else logits.argmax(axis=-1)",
              "return logits.argmax(axis=-1)", (T + "test_glue.py::-k accuracy_mse",),
              "regression outputs read as classes"),
-    Mutation(P + "training/metrics.py", "counted = labels != IGNORE_INDEX", "counted = labels == labels",
+    Mutation(P + "tasks/common/metrics.py", "counted = labels != IGNORE_INDEX", "counted = labels == labels",
              (T + "test_mlm.py::-k masked_token_accuracy",), "accuracy counted over unmasked tokens"),
     # ---- WikiHop -------------------------------------------------------------------------------------
-    Mutation(P + "training/wikihop_data.py", "for part in slices[: self.max_chunks]]", "for part in slices[:1]]",
+    Mutation(P + "tasks/wikihop/data.py", "for part in slices[: self.max_chunks]]", "for part in slices[:1]]",
              (T + "test_wikihop.py::-k long_examples_are_cut or summed",), "documents truncated, not chunked"),
-    Mutation(P + "training/wikihop_data.py", "for part in slices[: self.max_chunks]]", "for part in slices]",
+    Mutation(P + "tasks/wikihop/data.py", "for part in slices[: self.max_chunks]]", "for part in slices]",
              (T + "test_wikihop.py::-k long_examples_are_cut or length_chunk",), "--max_chunks ignored"),
-    Mutation(P + "training/wikihop.py", "ChunkEncoder(tokenizer, max_length, data_args.max_chunks)",
+    Mutation(P + "tasks/wikihop/finetune.py", "ChunkEncoder(tokenizer, max_length, data_args.max_chunks)",
              "ChunkEncoder(tokenizer, max_length)", (T + "test_wikihop.py::-k length_chunk",),
              "--max_chunks not passed on"),
-    Mutation(P + "training/wikihop.py", "max_length if data_args.pad_to_max_length else None",
+    Mutation(P + "tasks/wikihop/finetune.py", "max_length if data_args.pad_to_max_length else None",
              "None", (T + "test_wikihop.py::-k length_chunk",), "--pad_to_max_length ignored"),
-    Mutation(P + "candidate_scoring.py", ".index_add(0, example_of_chunk, chunk_scores)",
+    Mutation(P + "tasks/wikihop/heads.py", ".index_add(0, example_of_chunk, chunk_scores)",
              '.index_reduce(0, example_of_chunk, chunk_scores, "amax", include_self=False)',
              (T + "test_wikihop.py::-k summed",), "chunk scores maxed, not summed"),
     # ---- conversion to long positions ------------------------------------------------------------------
-    Mutation(P + "long.py", '{"roberta", "xlm-roberta", "camembert", "longformer"}',
+    Mutation(P + "integration/positions.py", '{"roberta", "xlm-roberta", "camembert", "longformer"}',
              '{"roberta", "xlm-roberta", "longformer"}', (T + "test_convert.py::-k offset_rows",),
              "CamemBERT's padding offset forgotten"),
-    Mutation(P + "long.py", "new.weight[:offset] = old.weight[:offset]", "new.weight[:offset] = 0",
+    Mutation(P + "integration/positions.py", "new.weight[:offset] = old.weight[:offset]", "new.weight[:offset] = 0",
              (T + "test_convert.py::-k offset_rows",), "the leading rows lost"),
-    Mutation(P + "long.py", "new.weight[offset:] = old.weight[offset:].repeat(repeats, 1)[:max_length]",
+    Mutation(P + "integration/positions.py", "new.weight[offset:] = old.weight[offset:].repeat(repeats, 1)[:max_length]",
              "new.weight[offset:] = old.weight.repeat(repeats, 1)[:max_length]",
              (T + "test_convert.py::-k offset_rows",), "the leading rows copied with the positions"),
-    Mutation(P + "convert.py", "tokenizer.model_max_length = max_tokens(model.config)",
+    Mutation(P + "tasks/convert.py", "tokenizer.model_max_length = max_tokens(model.config)",
              "tokenizer.model_max_length = model.config.max_position_embeddings",
              (T + "test_convert.py::-k offset_rows",), "the tokenizer allows the offset rows as tokens"),
     # ---- model card and export ---------------------------------------------------------------------------
@@ -164,7 +164,7 @@ MUTATIONS: list[Mutation] = [
     Mutation(P + "hub/export.py", "    config.auto_map = write_remote_code(model, folder)\n",
              "    write_remote_code(model, folder)\n", (T + "test_hub_folder.py::-k config_weights",),
              "config.json without auto_map (remote code unreachable)"),
-    Mutation(P + "training/driver.py", "args.per_device_train_batch_size * args.gradient_accumulation_steps * "
+    Mutation(P + "tasks/common/driver.py", "args.per_device_train_batch_size * args.gradient_accumulation_steps * "
              "args.world_size", "args.per_device_train_batch_size * args.world_size",
              (T + "test_provenance.py::-k global_batch",), "accumulation left out of the recorded batch size"),
 ]
@@ -227,7 +227,7 @@ class MutationCheckArguments:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from hf_efficient_attn.training.args import check_positive_flags, parse_arguments
+    from hf_efficient_attn.tasks.common.args import check_positive_flags, parse_arguments
 
     (args,) = parse_arguments([MutationCheckArguments], argv, description=__doc__)
     check_positive_flags(args, "timeout")
@@ -262,6 +262,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from hf_efficient_attn.cli_errors import run_cli
+    from hf_efficient_attn.utils.cli_errors import run_cli
 
     sys.exit(run_cli(main))

@@ -8,9 +8,9 @@ validation.csv in SST-2's layout (sentence,label) for scripts/finetune_glue.py:
 
 from dataclasses import dataclass, field
 
-from hf_efficient_attn.cli_errors import run_cli
-from hf_efficient_attn.training.args import check_choice, check_positive_flags, parse_arguments
-from hf_efficient_attn.training.glue import OFFLINE_SAMPLES, write_offline_sample
+from hf_efficient_attn.tasks.common.args import check_choice, check_positive_flags, parse_arguments
+from hf_efficient_attn.tasks.glue import OFFLINE_SAMPLES, write_offline_sample
+from hf_efficient_attn.utils.cli_errors import run_cli
 
 
 @dataclass

@@ -10,9 +10,9 @@ then synthetic ones):
 
 from dataclasses import asdict, dataclass, field
 
-from hf_efficient_attn.cli_errors import run_cli
-from hf_efficient_attn.data.qangaroo import write_wikihop_files
-from hf_efficient_attn.training.args import check_positive_flags, parse_arguments
+from hf_efficient_attn.tasks.common.args import check_positive_flags, parse_arguments
+from hf_efficient_attn.tasks.wikihop.qangaroo import write_wikihop_files
+from hf_efficient_attn.utils.cli_errors import run_cli
 
 
 @dataclass

@@ -7,9 +7,9 @@ train.jsonl / validation.jsonl for scripts/pretrain_mlm.py (one whole article pe
 
 from dataclasses import asdict, dataclass, field
 
-from hf_efficient_attn.cli_errors import run_cli
-from hf_efficient_attn.training.args import check_positive_flags, parse_arguments
-from hf_efficient_attn.training.data import write_wikipedia_jsonl
+from hf_efficient_attn.tasks.common.args import check_positive_flags, parse_arguments
+from hf_efficient_attn.tasks.common.data import write_wikipedia_jsonl
+from hf_efficient_attn.utils.cli_errors import run_cli
 
 
 @dataclass

@@ -10,8 +10,8 @@ Flags: those of Transformers' run_mlm.py and every TrainingArguments flag, plus 
 --attn_config. Works under torchrun and accelerate launch (configs/accelerate/).
 """
 
-from hf_efficient_attn.cli_errors import run_cli
-from hf_efficient_attn.training.mlm import main
+from hf_efficient_attn.tasks.mlm.pretrain import main
+from hf_efficient_attn.utils.cli_errors import run_cli
 
 if __name__ == "__main__":
     run_cli(main)

@@ -2,8 +2,8 @@
 Wikipedia text, and sentence-embedding agreement (``--embeddings``):
 ``python scripts/quality.py --help``."""
 
-from hf_efficient_attn.cli_errors import run_cli
-from hf_efficient_attn.quality.cli import main
+from hf_efficient_attn.tools.quality.cli import main
+from hf_efficient_attn.utils.cli_errors import run_cli
 
 if __name__ == "__main__":
     run_cli(main)

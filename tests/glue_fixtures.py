@@ -21,7 +21,7 @@ import random
 
 from gensim.test.utils import datapath
 
-from hf_efficient_attn.data.corpus import movie_review_sentences, news_articles, split_sentences
+from hf_efficient_attn.tasks.common.corpus import movie_review_sentences, news_articles, split_sentences
 
 MNLI_NAMES = ("entailment", "neutral", "contradiction")
 

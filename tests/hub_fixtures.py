@@ -25,7 +25,6 @@ import transformers as T
 import hf_efficient_attn as hea
 from hf_efficient_attn.hub import cli, export_variant, push_variant
 
-
 REPO = Path(__file__).resolve().parents[1]
 BERT_BASE, ROBERTA_BASE = "google-bert/bert-base-uncased", "FacebookAI/roberta-base"
 BERT_WORDS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + (

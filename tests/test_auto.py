@@ -6,10 +6,10 @@ import json
 import pytest
 import torch
 import transformers as T
+from tiny import REAL, batch, hidden, tiny_config
 from transformers.utils import logging
 
 import hf_efficient_attn as hea
-from tiny import REAL, batch, hidden, tiny_config
 
 
 @pytest.fixture(scope="module")

@@ -12,10 +12,10 @@ import pytest
 import torch
 
 import hf_efficient_attn as hea
-from hf_efficient_attn import benchmark
-from hf_efficient_attn.benchmark import Measurement
-from hf_efficient_attn.cli_errors import run_cli
 from hf_efficient_attn.methods.base import AttentionMethod
+from hf_efficient_attn.tools.benchmark import cli, processes, report, steps, timing
+from hf_efficient_attn.tools.benchmark.processes import Measurement
+from hf_efficient_attn.utils.cli_errors import run_cli
 
 
 @pytest.mark.parametrize("argv, match", [
@@ -49,9 +49,9 @@ from hf_efficient_attn.methods.base import AttentionMethod
 def test_bad_command_lines_are_one_error_line_before_anything_runs(argv, match, capsys, monkeypatch):
     """Every bad command line is one ``error:`` line naming what is allowed, exit status 2, no
     traceback, and nothing is measured."""
-    monkeypatch.setattr(benchmark, "run", lambda args: pytest.fail("the benchmark ran"))
+    monkeypatch.setattr(cli, "run", lambda args: pytest.fail("the benchmark ran"))
     with pytest.raises(SystemExit) as exit_info:
-        run_cli(benchmark.main, argv)
+        run_cli(cli.main, argv)
     lines = capsys.readouterr().err.strip().splitlines()
     assert exit_info.value.code == 2 and len(lines) == 1 and lines[0].startswith("error: "), lines
     assert re.search(match, lines[0]), lines[0]
@@ -61,14 +61,14 @@ def test_methods_and_their_options_reach_the_jobs(monkeypatch):
     """--methods picks the methods measured beside the references, --attn_config their options (the
     others at their defaults), and every job carries its method's options to the measuring process."""
     jobs = []
-    monkeypatch.setattr(benchmark, "measure_all", lambda js, rounds: jobs.extend(js) or [])
-    monkeypatch.setattr(benchmark, "_write", lambda *a: None)
-    benchmark.main(["--model", "--methods", "sdpa,mra2,nystromformer", "--seq_lens", "32", "--attn_config",
+    monkeypatch.setattr(cli, "measure_all", lambda js, rounds: jobs.extend(js) or [])
+    monkeypatch.setattr(cli, "write_outputs", lambda *a: None)
+    cli.main(["--model", "--methods", "sdpa,mra2,nystromformer", "--seq_lens", "32", "--attn_config",
                     '{"mra2": {"block_per_row": 2}, "vmean": {}}'])
     assert [job["method"] for job in jobs] == ["sdpa", "vmean", "mra2", "nystromformer"]
     assert [job["options"] for job in jobs] == [{}, {}, {"block_per_row": 2}, {}]
     jobs.clear()
-    benchmark.main(["--methods", " yoso , softmax", "--seq_lens", "32", "--forward_only"])
+    cli.main(["--methods", " yoso , softmax", "--seq_lens", "32", "--forward_only"])
     assert [job["method"] for job in jobs] == ["softmax", "yoso"]
 
 
@@ -77,31 +77,31 @@ def test_a_json_configuration_is_the_whole_command_line(tmp_path):
     path = tmp_path / "benchmark.json"
     path.write_text(json.dumps({"model": True, "methods": ["mra2"], "seq_lens": [64],
                                 "attn_config": {"mra2": {"block_per_row": 2}}, "output_dir": str(tmp_path)}))
-    args = benchmark.parse_args([str(path)])
+    args = cli.parse_args([str(path)])
     assert args.measured == ["sdpa", "vmean", "mra2"] and args.method_configs == {"mra2": {"block_per_row": 2}}
     assert (args.seq_lens, args.rounds) == ([64], 3)
     path.write_text(json.dumps({"methods": ["mra2"], "attn_config": {"mra2": {"blocks": 2}}}))
     with pytest.raises(ValueError, match="unknown option"):
-        benchmark.parse_args([str(path)])
+        cli.parse_args([str(path)])
 
 
 def test_defaults_follow_the_benchmark():
-    model = benchmark.parse_args(["--model"])
+    model = cli.parse_args(["--model"])
     assert model.seq_lens == [1024, 2048, 4096, 8192, 16384] and model.method_names == ["mra2", "mra2_s"]
     assert (model.rounds, model.repeats, model.warmup) == (3, 1, 2)
-    attention = benchmark.parse_args([])
+    attention = cli.parse_args([])
     assert attention.measured == ["softmax"] + [m for m in hea.list_methods() if m != "softmax"]
     assert (attention.rounds, attention.repeats, attention.warmup) == (1, 3, 1)
-    compiled = benchmark.parse_args(["--compile"])
+    compiled = cli.parse_args(["--compile"])
     assert compiled.seq_lens == [1024] and compiled.batch == 2 and not compiled.train
-    assert benchmark.parse_args(["--compile", "--batch", "1"]).batch == 1 and attention.batch == 1
-    served = benchmark.parse_args(["--onnx"])
+    assert cli.parse_args(["--compile", "--batch", "1"]).batch == 1 and attention.batch == 1
+    served = cli.parse_args(["--onnx"])
     assert served.seq_lens == [1024, 4096] and served.batch == 1 and served.measured == ["sdpa", "mra2", "mra2_s"]
     assert model.measured == ["sdpa", "vmean", "mra2", "mra2_s"] and model.output_dir == "outputs/benchmark"
 
 
 def test_compile_inputs_are_a_padded_batch():
-    inputs = benchmark.padded_batch(64, 2, 16, "cpu")
+    inputs = steps.padded_batch(64, 2, 16, "cpu")
     assert inputs["attention_mask"][0].all() and inputs["attention_mask"][1].sum() == 12
     assert (inputs["labels"][1, 12:] == -100).all()
 
@@ -116,35 +116,35 @@ def test_the_timed_calls_follow_the_warm_up_calls():
 
     for warmup, slow in ((1, True), (2, False)):
         calls = []
-        seconds = benchmark.median_seconds(step_slow_at_first, torch.device("cpu"), repeats=1, warmup=warmup)
+        seconds = timing.median_seconds(step_slow_at_first, torch.device("cpu"), repeats=1, warmup=warmup)
         assert len(calls) == warmup + 1 and (seconds >= 0.2) == slow
 
 
 def test_the_warm_up_reaches_the_measuring_process(monkeypatch):
     """--warmup travels from the command line through the job to the worker's timing."""
     jobs, warmups = [], []
-    monkeypatch.setattr(benchmark, "measure_all", lambda js, rounds: jobs.extend(js) or [])
-    monkeypatch.setattr(benchmark, "_write", lambda *a: None)
-    benchmark.run(benchmark.parse_args(["--model", "--seq_lens", "32", "--methods", "vmean", "--warmup", "3"]))
+    monkeypatch.setattr(cli, "measure_all", lambda js, rounds: jobs.extend(js) or [])
+    monkeypatch.setattr(cli, "write_outputs", lambda *a: None)
+    cli.run(cli.parse_args(["--model", "--seq_lens", "32", "--methods", "vmean", "--warmup", "3"]))
     assert jobs and {job["warmup"] for job in jobs} == {3}
-    monkeypatch.setattr(benchmark, "median_seconds", lambda step, device, repeats, warmup: warmups.append(warmup))
+    monkeypatch.setattr(processes, "median_seconds", lambda step, device, repeats, warmup: warmups.append(warmup))
     job = {**jobs[0], "layers": 1, "vocab_size": 64, "threads": 1, "measure": "time"}
-    benchmark._worker(job)
+    processes.measure_request(job)
     assert warmups == [3]
 
 
 def test_the_attention_step_back_propagates_a_dense_gradient(monkeypatch):
     """A real model hands attention a dense output gradient; ``out.sum()`` would hand it a
     broadcast one (stride 0), which takes other (slower or faster) paths in some methods."""
-    grads, build = [], benchmark.build_method
+    grads, build = [], steps.build_method
 
     def build_and_watch(*args):
         module = build(*args)
         module.register_full_backward_hook(lambda mod, grad_in, grad_out: grads.append(grad_out[0]))
         return module
 
-    monkeypatch.setattr(benchmark, "build_method", build_and_watch)
-    benchmark.attention_step("softmax", seq_len=64, backward=True, heads=2, head_dim=8)()
+    monkeypatch.setattr(steps, "build_method", build_and_watch)
+    steps.attention_step("softmax", seq_len=64, backward=True, heads=2, head_dim=8)()
     (grad,) = grads
     assert 0 not in grad.stride() and grad.std() > 0.5
 
@@ -152,7 +152,7 @@ def test_the_attention_step_back_propagates_a_dense_gradient(monkeypatch):
 @pytest.mark.parametrize("method", ["sdpa", "mra2"])
 def test_the_model_step_trains_the_model_with_the_chosen_attention(method):
     options = None if method == "sdpa" else {"block_per_row": 2}
-    model = benchmark.build_mlm_model(method, seq_len=96, layers=1, vocab_size=50, options=options)
+    model = steps.build_mlm_model(method, seq_len=96, layers=1, vocab_size=50, options=options)
     assert model.config.hidden_size == 768 and model.config.num_attention_heads == 12
     assert model.config.intermediate_size == 3072 and model.config.attention_probs_dropout_prob == 0.0
     if method == "sdpa":
@@ -167,7 +167,7 @@ def test_the_model_step_trains_the_model_with_the_chosen_attention(method):
     # and runs the chosen method (no method module at all for Transformers' SDPA).
     query = model.roberta.encoder.layer[0].attention.self.query.weight
     before = query.detach().clone()
-    benchmark.mlm_training_step(model.train(), batch=2, seq_len=96)()
+    steps.mlm_training_step(model.train(), batch=2, seq_len=96)()
     assert not torch.equal(before, query) and query.grad is None
     assert len(calls) == (0 if method == "sdpa" else 1)
 
@@ -178,7 +178,8 @@ def test_call_peak_is_the_memory_a_call_needs_on_top_of_what_is_live():
     tensors were freed before it (which glibc's heap would otherwise keep and hand out again)."""
     code = """
 import json, torch
-from hf_efficient_attn import benchmark, cpu_allocator
+from hf_efficient_attn.tools.benchmark import timing
+from hf_efficient_attn.utils import cpu_allocator
 cpu_allocator.return_freed_memory()
 kept = torch.ones(4 * 2**20)  # 16 MiB: once freed, glibc would raise its mmap threshold to this
 del kept
@@ -188,7 +189,7 @@ pin = torch.ones(2**20)  # above the garbage in the heap, so that freeing it doe
 del garbage
 def step():
     held = [torch.ones(2**20) for _ in range(16)]
-print(json.dumps(benchmark.call_peak_mb(step, torch.device("cpu"))))
+print(json.dumps(timing.call_peak_mb(step, torch.device("cpu"))))
 """
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert 62 <= json.loads(done.stdout.strip().splitlines()[-1]) <= 70
@@ -201,7 +202,7 @@ def fake(method, n, seconds, peak, mode="train step"):
 def test_model_step_table_ratios():
     measurements = [fake("sdpa", 4096, 4.0, 400.0), fake("vmean", 4096, 2.0, 300.0),
                     fake("mra2", 4096, 2.2, 200.0), fake("mra2", 8192, 5.0, 500.0)]
-    rows = {(r["method"], r["n"]): r for r in benchmark.model_step_table(measurements, batch=2)}
+    rows = {(r["method"], r["n"]): r for r in report.model_step_table(measurements, batch=2)}
     mra = rows["mra2", 4096]
     assert mra["tokens_per_s"] == round(2 * 4096 / 2.2)
     assert mra["speedup_vs_sdpa"] == round(4.0 / 2.2, 2)
@@ -217,7 +218,7 @@ def test_ratios_pair_the_rounds_so_that_drift_between_rounds_cancels():
     floor = Measurement("vmean", 4096, "train step", 1.0, 1.0, [0] * 4, [3.0, 1.0, 1.0])
     mine = Measurement("mra2", 4096, "train step", 3.0, 1.0, [0] * 4, [3.3, 1.1, 3.0])
     sdpa = Measurement("sdpa", 4096, "train step", 2.0, 1.0, [0] * 4, [6.6, 2.2, 2.0])
-    rows = {r["method"]: r for r in benchmark.model_step_table([sdpa, floor, mine])}
+    rows = {r["method"]: r for r in report.model_step_table([sdpa, floor, mine])}
     assert rows["mra2"]["time_over_vmean_floor"] == "+10%"
     assert rows["mra2"]["speedup_vs_sdpa"] == 2.0  # rounds: 2.0, 2.0, 0.67
     assert rows["mra2"]["step_s"] == 3.0  # the time itself is the median over the rounds
@@ -226,7 +227,7 @@ def test_ratios_pair_the_rounds_so_that_drift_between_rounds_cancels():
 def test_attention_table_ratios():
     measurements = [fake("softmax", 1024, 0.2, 100.0, "forward"), fake("mra2", 1024, 0.05, 50.0, "forward"),
                     fake("mra2", 1024, 0.1, 80.0, "forward+backward")]
-    rows = {r["method"]: r for r in benchmark.attention_table(measurements)}
+    rows = {r["method"]: r for r in report.attention_table(measurements)}
     assert rows["mra2"]["fwd_speedup"] == 4.0 and rows["mra2"]["fwd_mem_ratio"] == 2.0
     assert rows["mra2"]["fwdbwd_ms"] == 100.0 and "fwdbwd_speedup" not in rows["mra2"]
 
@@ -235,14 +236,14 @@ def test_attention_table_ratios():
 def test_model_benchmark_command_line_end_to_end(tmp_path):
     """The README's command at a tiny size: every measurement in its own fresh process, the table
     (md, csv) consistent with the raw measurements, and a plot."""
-    benchmark.main(["--model", "--methods", "mra2,mra2_s", "--attn_config", '{"mra2_s": {"block_per_row": 2}}',
+    cli.main(["--model", "--methods", "mra2,mra2_s", "--attn_config", '{"mra2_s": {"block_per_row": 2}}',
                     "--seq_lens", "64", "128", "--layers", "1", "--vocab_size", "64", "--rounds", "2", "--output_dir",
                     str(tmp_path)])
     measurements = [Measurement(**m) for m in json.loads((tmp_path / "model_step.json").read_text())]
     specs = ["sdpa", "vmean", "mra2", "mra2_s"]
     assert sorted((m.method, m.seq_len) for m in measurements) == sorted((s, n) for s in specs for n in (64, 128))
     pids = {pid for m in measurements for pid in m.pids}  # time in each of 2 rounds, memory once
-    assert len(pids) == 3 * len(measurements) and benchmark.os.getpid() not in pids
+    assert len(pids) == 3 * len(measurements) and processes.os.getpid() not in pids
     for m in measurements:
         assert len(m.round_seconds) == 2 and m.seconds == pytest.approx(sum(m.round_seconds) / 2)
     with open(tmp_path / "model_step.csv") as f:
@@ -262,7 +263,7 @@ def test_model_benchmark_command_line_end_to_end(tmp_path):
 def test_compile_benchmark_command_line_end_to_end(tmp_path):
     """--compile at a tiny size: eager, first compiled call and compiled times for SDPA and a method,
     the first call including compilation, and the ratios derived from the times."""
-    benchmark.main(["--compile", "--methods", "softmax", "--seq_lens", "64", "--layers", "1", "--vocab_size", "64",
+    cli.main(["--compile", "--methods", "softmax", "--seq_lens", "64", "--layers", "1", "--vocab_size", "64",
                     "--repeats", "1", "--output_dir", str(tmp_path)])
     rows = json.loads((tmp_path / "compile.json").read_text())["rows"]
     assert [r["method"] for r in rows] == ["sdpa", "softmax"] and {r["call"] for r in rows} == {"forward"}
@@ -276,7 +277,7 @@ def test_compile_benchmark_command_line_end_to_end(tmp_path):
 @pytest.mark.slow
 def test_onnx_benchmark_command_line_end_to_end(tmp_path):
     """--onnx at a tiny size: eager and ONNX Runtime times for SDPA and a method, in fresh processes."""
-    benchmark.main(["--onnx", "--methods", "softmax", "--seq_lens", "64", "--layers", "1", "--vocab_size", "64",
+    cli.main(["--onnx", "--methods", "softmax", "--seq_lens", "64", "--layers", "1", "--vocab_size", "64",
                     "--rounds", "2", "--output_dir", str(tmp_path)])
     saved = json.loads((tmp_path / "onnx.json").read_text())
     rows, rounds = saved["rows"], saved["rounds"]

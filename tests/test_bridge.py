@@ -5,10 +5,9 @@ import json
 import pytest
 import torch
 import transformers as T
+from tiny import ARCHITECTURES, REAL, SEQ, VOCAB, batch, hidden, tiny_config
 
 import hf_efficient_attn as hea
-
-from tiny import ARCHITECTURES, REAL, SEQ, VOCAB, batch, hidden, tiny_config
 
 
 @pytest.mark.parametrize("model_type", ["bert", "roberta", "xlm-roberta", "electra", "camembert"])
@@ -164,7 +163,7 @@ def test_errors_name_what_is_allowed():
 
 
 def test_causal_mask_is_rejected():
-    from hf_efficient_attn.bridge import key_padding_mask_from
+    from hf_efficient_attn.integration.bridge import key_padding_mask_from
 
     causal = torch.ones(SEQ, SEQ, dtype=torch.bool).tril()[None, None]
     with pytest.raises(ValueError, match="key-padding"):
@@ -176,7 +175,7 @@ def test_causal_mask_is_rejected():
 
 @pytest.mark.parametrize("model_type", ["bert", "roberta"])
 def test_extend_position_embeddings_copies_the_table(model_type):
-    from hf_efficient_attn.long import position_offset
+    from hf_efficient_attn.integration.positions import position_offset
 
     model = T.AutoModel.from_config(tiny_config(model_type)).eval()
     old = model.embeddings.position_embeddings.weight.detach().clone()

@@ -1,7 +1,7 @@
 """Every script's bad input ends in one line ``error: ...`` on stderr and exit status 2, without a
 traceback, and is found before the model (and, where the check allows, the data) is loaded.
 
-Each bad invocation goes through :func:`hf_efficient_attn.cli_errors.run_cli` in this process,
+Each bad invocation goes through :func:`hf_efficient_attn.utils.cli_errors.run_cli` in this process,
 with the loaders replaced by functions that fail the test: a check that moved after the loading
 fails here. One real subprocess and the scripts' ``__main__`` blocks are checked at the end.
 """
@@ -18,13 +18,15 @@ import sys
 import pytest
 from training_fixtures import REPO, save_tiny_mlm, write_news_files
 
-from hf_efficient_attn import benchmark, demo, quickstart
-from hf_efficient_attn.cli_errors import DEBUG_VARIABLE, run_cli
-from hf_efficient_attn.convert import main as convert_main
 from hf_efficient_attn.hub import cli as push_cli
 from hf_efficient_attn.hub import export
-from hf_efficient_attn.quality import cli as quality_cli
-from hf_efficient_attn.training import glue, mlm, wikihop
+from hf_efficient_attn.tasks import glue
+from hf_efficient_attn.tasks.convert import main as convert_main
+from hf_efficient_attn.tasks.mlm import pretrain as mlm
+from hf_efficient_attn.tasks.wikihop import finetune as wikihop
+from hf_efficient_attn.tools import benchmark, demo, quickstart
+from hf_efficient_attn.tools.quality import cli as quality_cli
+from hf_efficient_attn.utils.cli_errors import DEBUG_VARIABLE, run_cli
 
 #: What a bad invocation may have loaded before its error: nothing ("args"), or the data but no model.
 NOTHING, DATA = "args", "data"
@@ -181,7 +183,7 @@ BAD = {
 
 #: Loaders that a bad invocation must not reach: the model, and (for NOTHING) the data and tokenizer.
 MODEL_LOADERS = [(mlm, "load_model"), (glue, "load_model"), (wikihop, "load_model"), (export, "load_variant"),
-                 (sys.modules["hf_efficient_attn.convert"].AutoModelForMaskedLM, "from_pretrained"),
+                 (sys.modules["hf_efficient_attn.tasks.convert"].AutoModelForMaskedLM, "from_pretrained"),
                  (demo, "run"), (quality_cli, "minilm_path"), (quality_cli, "capture_qkv"),
                  (quality_cli, "embedding_agreement"), (benchmark, "run")]  # fmt: skip
 DATA_LOADERS = [(mlm, "load_raw_datasets"), (glue, "load_glue_splits"), (wikihop, "load_qangaroo"),

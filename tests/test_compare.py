@@ -12,16 +12,9 @@ import transformers as T
 from safetensors.torch import load_file
 from training_fixtures import small_tokenizer, tiny_config, write_news_files
 
-from hf_efficient_attn.cli_errors import run_cli
-from hf_efficient_attn.training.compare import (
-    DONE_MARKER,
-    START_WEIGHTS,
-    main,
-    read_json,
-    read_rows,
-    recommendation,
-    tensor_hashes,
-)
+from hf_efficient_attn.tasks.mlm.compare import DONE_MARKER, START_WEIGHTS, main, read_json, tensor_hashes
+from hf_efficient_attn.tasks.mlm.compare_report import read_rows, recommendation
+from hf_efficient_attn.utils.cli_errors import run_cli
 
 SEQ = 64
 STEPS, EVERY = 4, 2
@@ -153,6 +146,15 @@ def test_bad_flags_are_one_line_errors(workspace, tmp_path, capsys, extra, messa
     error = capsys.readouterr().err.strip()
     assert error.startswith("error: ") and "\n" not in error and message in error
     assert not (tmp_path / "out" / "softmax").exists()  # refused before anything ran
+
+
+def test_help_lists_the_flags_a_comparison_takes(capsys):
+    """--help shows --methods and the per-method --attn_config, not the --attn_impl it refuses."""
+    with pytest.raises(SystemExit) as exit_:
+        main(["--help"])
+    shown = " ".join(capsys.readouterr().out.split())
+    assert exit_.value.code == 0 and "--methods" in shown and "keyed by method name" in shown
+    assert "--attn_impl" not in shown
 
 
 def test_a_rerun_with_other_settings_is_refused(finished, workspace, capsys):

@@ -8,9 +8,9 @@ import transformers as T
 from training_fixtures import save_tiny_mlm, small_tokenizer, tiny_config
 
 import hf_efficient_attn as hea
-from hf_efficient_attn.convert import convert_to_long, main
-from hf_efficient_attn.data.minilm import minilm_path
-from hf_efficient_attn.long import position_offset
+from hf_efficient_attn.integration.positions import position_offset
+from hf_efficient_attn.tasks.convert import convert_to_long, main
+from hf_efficient_attn.tools.minilm import minilm_path
 
 LONG = 300
 

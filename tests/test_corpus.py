@@ -4,7 +4,7 @@ import pytest
 
 pytest.importorskip("gensim")
 
-from hf_efficient_attn.data.corpus import clean_wiki_text, news_sentences, split_sentences, wikipedia_articles  # noqa: E402
+from hf_efficient_attn.tasks.common.corpus import clean_wiki_text, news_sentences, split_sentences, wikipedia_articles  # noqa: E402
 
 
 def test_many_long_wikipedia_articles():
@@ -64,7 +64,7 @@ def test_split_sentences_keeps_abbreviations_and_initials():
 
 
 def test_news_articles_have_varied_lengths():
-    from hf_efficient_attn.data.corpus import news_articles
+    from hf_efficient_attn.tasks.common.corpus import news_articles
 
     articles = news_articles()
     lengths = sorted(len(a.split()) for a in articles)

@@ -1,4 +1,4 @@
-"""glibc malloc settings for CPU training (hf_efficient_attn.cpu_allocator), measured by the page
+"""glibc malloc settings for CPU training (hf_efficient_attn.utils.cpu_allocator), measured by the page
 faults of a process that allocates and frees tensors, and where the package applies them."""
 
 import json
@@ -10,14 +10,15 @@ import sys
 import pytest
 from transformers import TrainingArguments
 
-from hf_efficient_attn import benchmark, cpu_allocator
-from hf_efficient_attn.training import driver
+from hf_efficient_attn.tasks.common import driver
+from hf_efficient_attn.tools.benchmark import cli, processes
+from hf_efficient_attn.utils import cpu_allocator
 
 pytestmark = pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's mallopt")
 
 FAULTS_OF_REUSED_TENSORS = """
 import json, resource, sys, torch
-from hf_efficient_attn import cpu_allocator
+from hf_efficient_attn.utils import cpu_allocator
 applied = cpu_allocator.keep_freed_memory() if sys.argv[1] == "keep" else False
 def faults():
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
@@ -66,16 +67,16 @@ def test_model_benchmark_times_with_the_training_scripts_allocator(monkeypatch, 
     """The --model timing process keeps freed memory as the training scripts do, unless
     --glibc_malloc; the memory process always returns freed memory (its peak would count it)."""
     calls = []
-    monkeypatch.setattr(benchmark, "keep_freed_memory", lambda: calls.append("keep"))
-    monkeypatch.setattr(benchmark, "return_freed_memory", lambda: calls.append("return") or True)
+    monkeypatch.setattr(processes, "keep_freed_memory", lambda: calls.append("keep"))
+    monkeypatch.setattr(processes, "return_freed_memory", lambda: calls.append("return") or True)
     job = dict(kind="model", method="vmean", seq_len=32, layers=1, vocab_size=64, threads=1, repeats=1, warmup=1,
                device="cpu", dtype="fp32", batch=1, glibc_malloc=glibc_malloc)
-    benchmark._worker({**job, "measure": "time"})
-    benchmark._worker({**job, "measure": "memory"})
+    processes.measure_request({**job, "measure": "time"})
+    processes.measure_request({**job, "measure": "memory"})
     assert calls == (["return"] if glibc_malloc else ["keep", "return"])
 
 
 def test_glibc_malloc_flag_is_for_the_model_benchmark_on_cpu():
     with pytest.raises(ValueError, match="--glibc_malloc applies to --model on CPU only"):
-        benchmark.parse_args(["--glibc_malloc"])
-    assert benchmark.parse_args(["--model", "--glibc_malloc", "--device", "cpu"]).glibc_malloc
+        cli.parse_args(["--glibc_malloc"])
+    assert cli.parse_args(["--model", "--glibc_malloc", "--device", "cpu"]).glibc_malloc

@@ -25,9 +25,9 @@ from glue_fixtures import write_task_files
 from training_fixtures import REPO, read_json, save_tiny_mlm, write_news_files
 from transformers import Trainer
 
-from hf_efficient_attn.training import driver
-from hf_efficient_attn.training.driver import COMPLETE_MARKER, last_complete_checkpoint
-from hf_efficient_attn.training.mlm import main
+from hf_efficient_attn.tasks.common import driver
+from hf_efficient_attn.tasks.common.driver import COMPLETE_MARKER, last_complete_checkpoint
+from hf_efficient_attn.tasks.mlm.pretrain import main
 
 SEQ = 64
 #: Steps of the killed runs (a checkpoint at each): room for three kills in the training.
@@ -92,7 +92,7 @@ def test_a_save_killed_midway_is_skipped_and_the_rerun_matches(workspace, tmp_pa
     assert (out / "checkpoint-2" / COMPLETE_MARKER).exists()  # not rotated away before 4 was complete
 
     del training_steps[:]
-    with caplog.at_level(logging.INFO, logger="hf_efficient_attn.training"):
+    with caplog.at_level(logging.INFO, logger="hf_efficient_attn.tasks"):
         resumed = main(mlm_args(workspace, out, *extra))
     assert len(training_steps) == 4  # steps 3 to 6: resumed from checkpoint-2, not restarted
     assert f"skipped {out / 'checkpoint-4'}: incomplete" in caplog.text

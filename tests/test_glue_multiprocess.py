@@ -15,7 +15,7 @@ from training_fixtures import (
     save_tiny_mlm,
 )
 
-from hf_efficient_attn.data.minilm import minilm_path
+from hf_efficient_attn.tools.minilm import minilm_path
 
 pytestmark = pytest.mark.slow
 

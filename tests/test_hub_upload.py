@@ -9,12 +9,11 @@ from pathlib import Path
 
 import pytest
 import transformers as T
+from hub_fixtures import BERT_BASE, REPO, ROBERTA_BASE, tiny_config
 from huggingface_hub import ModelCard
 
 from hf_efficient_attn.hub import cli, push, push_variant
 from hf_efficient_attn.hub.export import resolve_repo_id, variant_name
-
-from hub_fixtures import BERT_BASE, REPO, ROBERTA_BASE, tiny_config
 
 
 class FakeHfApi:

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from compile_fixtures import compiled, gradients, last_hidden, onnx_round_trip, padded_batch, tiny_model
 
 import hf_efficient_attn as hea
-from compile_fixtures import compiled, gradients, last_hidden, onnx_round_trip, padded_batch, tiny_model
 from hf_efficient_attn.methods.base import AttentionMethod
 
 METHODS = [name for name in hea.list_methods() if not name.startswith("mra")]

@@ -20,12 +20,12 @@ from training_fixtures import read_json, save_tiny_mlm, small_tokenizer, write_n
 from transformers import DataCollatorForLanguageModeling, EvalPrediction, TrainerState
 
 import hf_efficient_attn as hea
-from hf_efficient_attn.training.args import ModelArguments
-from hf_efficient_attn.training.data import load_raw_datasets, mean_length, text_column, tokenize_in_blocks
-from hf_efficient_attn.training.loss import global_mean_loss
-from hf_efficient_attn.training.masking import DeterministicallyMaskedDataset, MaskingEpochCallback
-from hf_efficient_attn.training.metrics import masked_token_accuracy
-from hf_efficient_attn.training.mlm import MLMDataArguments, main
+from hf_efficient_attn.tasks.common.args import ModelArguments
+from hf_efficient_attn.tasks.common.data import load_raw_datasets, mean_length, text_column, tokenize_in_blocks
+from hf_efficient_attn.tasks.common.loss import global_mean_loss
+from hf_efficient_attn.tasks.common.masking import DeterministicallyMaskedDataset, MaskingEpochCallback
+from hf_efficient_attn.tasks.common.metrics import masked_token_accuracy
+from hf_efficient_attn.tasks.mlm.pretrain import MLMDataArguments, main
 
 SEQ = 64
 
@@ -289,7 +289,7 @@ def test_recipes_name_only_known_flags(name, tmp_path, monkeypatch):
     whole (the GPU ones ask for bf16, which TrainingArguments refuses without a GPU here)."""
     from transformers import TrainingArguments
 
-    from hf_efficient_attn.training.args import parse_arguments
+    from hf_efficient_attn.tasks.common.args import parse_arguments
 
     with open(os.path.join(RECIPES, name)) as f:
         recipe = json.load(f)
@@ -315,7 +315,7 @@ def captured(workspace, monkeypatch, tmp_path, *extra, files=("train", "validati
     """What ``run`` would give its Trainer (nothing is trained)."""
     from training_fixtures import Captured, capture_trainer
 
-    from hf_efficient_attn.training import mlm
+    from hf_efficient_attn.tasks.mlm import pretrain as mlm
 
     capture_trainer(monkeypatch, mlm)
     with pytest.raises(Captured) as caught:
@@ -419,7 +419,7 @@ def test_text_column_name_is_the_text_trained_on(workspace, monkeypatch, tmp_pat
 
 
 def test_dataset_name_and_config_are_what_is_loaded(workspace, monkeypatch, tmp_path):
-    from hf_efficient_attn.training import data
+    from hf_efficient_attn.tasks.common import data
 
     calls = []
     texts = Path(workspace["train"]).read_text().split("\n")[:20]

@@ -16,8 +16,8 @@ from training_fixtures import (
     write_news_files,
 )
 
-from hf_efficient_attn.data.minilm import minilm_path
-from hf_efficient_attn.training.driver import COMPLETE_MARKER
+from hf_efficient_attn.tasks.common.driver import COMPLETE_MARKER
+from hf_efficient_attn.tools.minilm import minilm_path
 
 pytestmark = pytest.mark.slow
 
@@ -70,7 +70,7 @@ def test_two_processes_equal_one(tmp_path):
 
 def test_real_minilm_to_1024_tokens_through_the_scripts(tmp_path):
     """convert_to_long then pretrain_mlm on real Wikipedia articles, as the README runs them."""
-    from hf_efficient_attn.training.data import write_wikipedia_jsonl
+    from hf_efficient_attn.tasks.common.data import write_wikipedia_jsonl
 
     write_wikipedia_jsonl(str(tmp_path / "wiki"), validation_articles=2, min_words=2000)
     long = tmp_path / "minilm-1024-mra2"

@@ -5,12 +5,12 @@ recompilation (dynamic shapes)."""
 import pytest
 import torch
 import torch._dynamo
+from tiny import tiny_config
 from torch._dynamo.testing import CompileCounterWithBackend  # PyTorch's own compile counter (no public one)
 
 import hf_efficient_attn as hea
 from hf_efficient_attn.methods.base import AttentionShape
 from hf_efficient_attn.registry import build_method
-from tiny import tiny_config
 
 METHODS = ["mra2", "mra2_s"]
 SEQ = 128  # 4 blocks of 32, 2 exact per row: an approximation, not exact attention

@@ -6,14 +6,14 @@ import math
 
 import pytest
 import torch
+from test_mra import block_sparse_case
+from tiny import tiny_config
 from torch.export import Dim
 
 import hf_efficient_attn as hea
 from hf_efficient_attn.methods import block_sparse
 from hf_efficient_attn.methods.base import AttentionShape
 from hf_efficient_attn.registry import build_method
-from test_mra import block_sparse_case
-from tiny import tiny_config
 
 METHODS = ["mra2", "mra2_s"]
 DYNAMIC = {0: Dim.DYNAMIC, 1: Dim.DYNAMIC}

@@ -6,11 +6,12 @@ import json
 import numpy as np
 import pytest
 import torch
+from hub_fixtures import bert_tokenizer, small_options, tiny_config
 
 import hf_efficient_attn as hea
-from hf_efficient_attn.cli_errors import run_cli
-from hf_efficient_attn.serving import cli, onnx as serving
-from hub_fixtures import bert_tokenizer, small_options, tiny_config
+from hf_efficient_attn.serving import cli
+from hf_efficient_attn.serving import onnx as serving
+from hf_efficient_attn.utils.cli_errors import run_cli
 
 onnxruntime = pytest.importorskip("onnxruntime")
 

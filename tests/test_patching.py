@@ -6,9 +6,9 @@ import pickle
 import pytest
 import torch
 import transformers as T
+from tiny import ARCHITECTURES, REAL, VOCAB, batch, hidden, tiny_config
 
 import hf_efficient_attn as hea
-from tiny import ARCHITECTURES, REAL, VOCAB, batch, hidden, tiny_config
 
 
 def exact_and_patched(model_type="bert", method="mra2", options=None):

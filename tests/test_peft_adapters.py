@@ -4,9 +4,9 @@ method's own parameters: what the adapter does not carry is rebuilt with the sam
 import pytest
 import torch
 import transformers as T
+from hub_fixtures import padded_batch, small_options, tiny_config
 
 import hf_efficient_attn as hea
-from hub_fixtures import padded_batch, small_options, tiny_config
 
 peft = pytest.importorskip("peft")
 

@@ -13,9 +13,9 @@ import textwrap
 import pytest
 import torch
 import transformers as T
+from hub_fixtures import bert_tokenizer, forward, padded_batch, small_options, tiny_config
 
 import hf_efficient_attn as hea
-from hub_fixtures import bert_tokenizer, forward, padded_batch, small_options, tiny_config
 
 #: Options that give the methods their own learnable parameters where they have any.
 WITH_PARAMETERS = {"conv_window": 3, "conv_kernel_size": 3}

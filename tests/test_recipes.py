@@ -11,11 +11,11 @@ import warnings
 import pytest
 from transformers import TrainingArguments
 
-from hf_efficient_attn.training.adapters import PeftArguments
-from hf_efficient_attn.training.args import ModelArguments, parse_arguments
-from hf_efficient_attn.training.glue import GlueDataArguments
-from hf_efficient_attn.training.mlm import MLMDataArguments
-from hf_efficient_attn.training.wikihop import WikiHopDataArguments
+from hf_efficient_attn.tasks.common.adapters import PeftArguments
+from hf_efficient_attn.tasks.common.args import ModelArguments, parse_arguments
+from hf_efficient_attn.tasks.glue import GlueDataArguments
+from hf_efficient_attn.tasks.mlm.pretrain import MLMDataArguments
+from hf_efficient_attn.tasks.wikihop.finetune import WikiHopDataArguments
 
 RECIPES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs", "train")
 

@@ -9,7 +9,9 @@ from training_fixtures import save_tiny_mlm, write_news_files
 from wikihop_fixtures import save_tiny_encoder
 from wikihop_fixtures import write_files as write_wikihop_files
 
-from hf_efficient_attn.training import glue, mlm, wikihop
+from hf_efficient_attn.tasks import glue
+from hf_efficient_attn.tasks.mlm import pretrain as mlm
+from hf_efficient_attn.tasks.wikihop import finetune as wikihop
 
 pytestmark = pytest.mark.slow
 

@@ -22,13 +22,9 @@ from transformers import AutoTokenizer, EvalPrediction, RobertaForMaskedLM
 from wikihop_fixtures import SHORT, real_or_skip, save_tiny_encoder, tiny_config, tokenizer, write_files
 
 import hf_efficient_attn as hea
-from hf_efficient_attn.candidate_scoring import AutoModelForCandidateScoring, BertForCandidateScoring
-from hf_efficient_attn.data.minilm import minilm_path
-from hf_efficient_attn.data.qangaroo import synthetic_examples, write_qangaroo_json
-from hf_efficient_attn.training.data import mean_length
-from hf_efficient_attn.training.loss import global_mean_loss
-from hf_efficient_attn.training.wikihop import CandidateAccuracy, WikiHopDataArguments, main
-from hf_efficient_attn.training.wikihop_data import (
+from hf_efficient_attn.tasks.common.data import mean_length
+from hf_efficient_attn.tasks.common.loss import global_mean_loss
+from hf_efficient_attn.tasks.wikihop.data import (
     CANDIDATE_START,
     MARKERS,
     ChunkCollator,
@@ -37,6 +33,10 @@ from hf_efficient_attn.training.wikihop_data import (
     fit_embeddings_to,
     load_qangaroo,
 )
+from hf_efficient_attn.tasks.wikihop.finetune import CandidateAccuracy, WikiHopDataArguments, main
+from hf_efficient_attn.tasks.wikihop.heads import AutoModelForCandidateScoring, BertForCandidateScoring
+from hf_efficient_attn.tasks.wikihop.qangaroo import synthetic_examples, write_qangaroo_json
+from hf_efficient_attn.tools.minilm import minilm_path
 
 
 def marked_tokenizer():
@@ -454,7 +454,7 @@ def test_recipes(name, tmp_path, monkeypatch):
     parses whole (the GPU ones ask for bf16, which TrainingArguments refuses without a GPU here)."""
     from transformers import TrainingArguments
 
-    from hf_efficient_attn.training.args import ModelArguments, parse_arguments
+    from hf_efficient_attn.tasks.common.args import ModelArguments, parse_arguments
 
     with open(os.path.join(RECIPES, name)) as f:
         recipe = json.load(f)
@@ -482,7 +482,7 @@ def test_recipes(name, tmp_path, monkeypatch):
 def captured(workspace, monkeypatch, tmp_path, *extra):
     from training_fixtures import Captured, capture_trainer
 
-    from hf_efficient_attn.training import wikihop
+    from hf_efficient_attn.tasks.wikihop import finetune as wikihop
 
     capture_trainer(monkeypatch, wikihop)
     with pytest.raises(Captured) as caught:

@@ -9,8 +9,8 @@ import pytest
 from training_fixtures import read_json, run_script
 from wikihop_fixtures import save_tiny_encoder, write_files
 
-from hf_efficient_attn.data.minilm import minilm_path
-from hf_efficient_attn.training.wikihop import main
+from hf_efficient_attn.tasks.wikihop.finetune import main
+from hf_efficient_attn.tools.minilm import minilm_path
 
 pytestmark = pytest.mark.slow
 

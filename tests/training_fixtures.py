@@ -16,8 +16,8 @@ from typing import Callable
 
 import transformers as T
 
-from hf_efficient_attn.data.corpus import news_articles
-from hf_efficient_attn.data.minilm import minilm_path
+from hf_efficient_attn.tasks.common.corpus import news_articles
+from hf_efficient_attn.tools.minilm import minilm_path
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VOCAB = 800

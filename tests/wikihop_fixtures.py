@@ -4,7 +4,7 @@ The tokenizer is the real WordPiece tokenizer of all-MiniLM-L6-v2 (offline), who
 holds the synthetic examples' people and places as single words; the tiny encoders are saved
 as plain ``BertModel`` checkpoints (as MiniLM is), so the candidate scorer loads them with a new
 scoring layer. The two real WikiHop examples come from the allennlp wheel
-(``hf_efficient_attn.data.qangaroo``); tests that need them skip when it was not fetched.
+(``hf_efficient_attn.tasks.wikihop.qangaroo``); tests that need them skip when it was not fetched.
 """
 
 from __future__ import annotations
@@ -14,8 +14,13 @@ import os
 import pytest
 import transformers as T
 
-from hf_efficient_attn.data.minilm import minilm_path
-from hf_efficient_attn.data.qangaroo import FETCH_COMMAND, real_examples, synthetic_examples, write_qangaroo_json
+from hf_efficient_attn.tasks.wikihop.qangaroo import (
+    FETCH_COMMAND,
+    real_examples,
+    synthetic_examples,
+    write_qangaroo_json,
+)
+from hf_efficient_attn.tools.minilm import minilm_path
 
 #: Synthetic examples small enough for fast tests: two documents of one news sentence each
 #: (one of them also holds the answer sentence); about 70-100 tokens.

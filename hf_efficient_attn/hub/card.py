@@ -1,12 +1,11 @@
 """The model card of a shared variant, built with huggingface_hub: ``ModelCardData`` for the Hub
 metadata (``model-index`` from a Trainer ``*_results.json`` as ``EvalResult``s) and
-``ModelCard.from_template`` rendering the Jinja template ``model_cards/efficient_attention.md``.
+``ModelCard.from_template`` rendering the Jinja template ``model_cards/template.md``.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -14,11 +13,12 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 from transformers import PreTrainedModel
 
 from .. import __version__
-from ..long import max_tokens
+from ..integration.positions import max_tokens
 from ..methods.base import AttentionMethod
 from .remote_code import PACKAGE, auto_class_of, model_classes
 
-DEFAULT_TEMPLATE = Path(__file__).resolve().parents[1] / "model_cards" / "efficient_attention.md"
+#: The Jinja template: the repository's model_cards/template.md, linked here so that it ships as package data.
+DEFAULT_TEMPLATE = Path(__file__).with_name("model_card_template.md")
 
 
 #: Hub pipeline tag of each head (None: no pipeline; a pretraining head's evaluation is its MLM loss).
@@ -159,7 +159,7 @@ def _evaluation_text(metrics: dict[str, Any]) -> str:
 
 
 def stage_lines(provenance: dict[str, Any]) -> list[str]:
-    """One line per stage of ``provenance.json`` (:mod:`hf_efficient_attn.training.provenance`)."""
+    """One line per stage of ``provenance.json`` (:mod:`hf_efficient_attn.tasks.common.provenance`)."""
     lines = []
     for stage in provenance.get("stages", []):
         if stage.get("stage") == "conversion":

@@ -12,7 +12,7 @@ from typing import Any
 
 import hf_efficient_attn as hea
 
-from ..training.args import check_model_source, parse_arguments, parse_attn_config
+from ..tasks.common.args import check_model_source, parse_arguments, parse_attn_config
 from .export import prepare_upload
 from .push import push_variant
 

@@ -17,9 +17,9 @@ from transformers import AutoConfig, AutoTokenizer, PreTrainedModel, PreTrainedT
 
 import hf_efficient_attn as hea
 
-from ..long import max_tokens
-from ..training.args import check_model_source
-from ..training.provenance import read_provenance, source_record
+from ..integration.positions import max_tokens
+from ..tasks.common.args import check_model_source
+from ..tasks.common.provenance import read_provenance, source_record
 from .card import build_model_card
 from .remote_code import auto_class_for, write_remote_code
 

@@ -24,8 +24,8 @@ from torch import nn
 from transformers.models.auto import modeling_auto
 
 from .. import __version__
+from ..integration.patching import EfficientModelMixin
 from ..methods.base import AttentionMethod
-from ..patching import EfficientModelMixin
 
 PACKAGE = __name__.split(".")[0]
 MODELING_MODULE = "modeling_efficient_attn"

@@ -20,7 +20,6 @@ from typing import Any, ClassVar, Iterable
 import torch
 from torch import nn
 
-
 #: Attribute of a self-attention module that holds its method (set by ``patch_model``).
 METHOD_ATTRIBUTE = "efficient_attn"
 #: Random draws are integers in [0, 2**RANDOM_BITS): uniforms (bits + 1/2) / 2**RANDOM_BITS are exact

@@ -32,7 +32,15 @@ import torch
 
 from ..registry import register_method
 from .base import (
-    AttentionMethod, MethodOptions, Paper, check_int, check_positive, compute_dtype, is_tracing, random_bits, uniform_real_positions,
+    AttentionMethod,
+    MethodOptions,
+    Paper,
+    check_int,
+    check_positive,
+    compute_dtype,
+    is_tracing,
+    random_bits,
+    uniform_real_positions,
 )
 from .skeinformer import gather_rows, masked_softmax_attention, real_mask, value_mean
 

@@ -21,7 +21,14 @@ from torch import nn
 
 from ..registry import register_method
 from .base import (
-    AttentionMethod, AttentionShape, METHOD_ATTRIBUTE, MethodOptions, Paper, check_choice, check_int, is_tracing,
+    METHOD_ATTRIBUTE,
+    AttentionMethod,
+    AttentionShape,
+    MethodOptions,
+    Paper,
+    check_choice,
+    check_int,
+    is_tracing,
 )
 
 #: Sharing levels of the Linformer paper, section 4 "Parameter sharing between projections", plus "none"

@@ -100,8 +100,8 @@ from torch.autograd.function import once_differentiable
 from torch.nn.attention.flex_attention import BlockMask, flex_attention
 
 from ..registry import register_method
-from .block_sparse import block_sparse_attention
 from .base import AttentionMethod, MethodOptions, Paper, check_choice, check_int, compute_dtype, is_tracing
+from .block_sparse import block_sparse_attention
 
 BACKENDS = ("auto", "flex", "gather")
 #: The flex path pads the length to a multiple of this, so that few shapes get compiled

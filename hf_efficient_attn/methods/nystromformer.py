@@ -32,7 +32,15 @@ import torch.nn.functional as F
 
 from ..registry import register_method
 from .base import (
-    AttentionMethod, AttentionShape, MethodOptions, Paper, apply_value_conv, check_int, compute_dtype, depthwise_value_conv, is_tracing,
+    AttentionMethod,
+    AttentionShape,
+    MethodOptions,
+    Paper,
+    apply_value_conv,
+    check_int,
+    compute_dtype,
+    depthwise_value_conv,
+    is_tracing,
 )
 
 

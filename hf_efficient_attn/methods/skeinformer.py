@@ -51,7 +51,16 @@ import torch
 
 from ..registry import register_method
 from .base import (
-    AttentionMethod, MethodOptions, Paper, check_choice, check_int, compute_dtype, is_tracing, random_bits, uniform_from_bits, uniform_real_positions,
+    AttentionMethod,
+    MethodOptions,
+    Paper,
+    check_choice,
+    check_int,
+    compute_dtype,
+    is_tracing,
+    random_bits,
+    uniform_from_bits,
+    uniform_real_positions,
 )
 from .softmax import exact_attention
 

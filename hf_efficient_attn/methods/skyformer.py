@@ -48,7 +48,15 @@ import torch.nn.functional as F
 
 from ..registry import register_method
 from .base import (
-    AttentionMethod, MethodOptions, Paper, check_int, check_positive, compute_dtype, pad_to_multiple, random_bits, uniform_real_positions,
+    AttentionMethod,
+    MethodOptions,
+    Paper,
+    check_int,
+    check_positive,
+    compute_dtype,
+    pad_to_multiple,
+    random_bits,
+    uniform_real_positions,
 )
 from .nystromformer import iterative_pinv
 

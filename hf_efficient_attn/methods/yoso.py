@@ -52,7 +52,15 @@ import torch.nn.functional as F
 
 from ..registry import register_method
 from .base import (
-    AttentionMethod, AttentionShape, MethodOptions, Paper, apply_value_conv, check_choice, check_int, compute_dtype, depthwise_value_conv,
+    AttentionMethod,
+    AttentionShape,
+    MethodOptions,
+    Paper,
+    apply_value_conv,
+    check_choice,
+    check_int,
+    compute_dtype,
+    depthwise_value_conv,
 )
 
 #: eps under the square root of eq. (2) for ``gradient="exact"`` (section 1.4 adds "a small eps to

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..training.args import parse_arguments
+from ..tasks.common.args import parse_arguments
 from .onnx import describe, export_folder
 
 

@@ -19,7 +19,7 @@ import torch
 from transformers import AutoConfig, AutoTokenizer, PreTrainedModel
 
 from ..hub.remote_code import auto_class_for
-from ..long import max_tokens
+from ..integration.positions import max_tokens
 
 ONNX_FILE = "model.onnx"
 #: Largest difference allowed between ONNX Runtime and eager PyTorch (fp32).

@@ -1,1 +1,0 @@
-"""Offline real text for measurements and tests (gensim's bundled test corpora)."""

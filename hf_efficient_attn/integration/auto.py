@@ -1,0 +1,153 @@
+"""``AutoModel*`` classes whose ``from_pretrained`` / ``from_config`` take ``attn_impl`` / ``attn_config``.
+
+``from_pretrained`` resolves the config as Transformers' own ``AutoModel*`` does (config keyword
+arguments such as ``num_labels=`` reach the config; hub options reach both), records the method in
+the config, and loads through Transformers' auto class, which builds the efficient subclass of the
+architecture's class (``patching.py``; this module registers them with Transformers' auto classes on
+import): the method is built before the weights load, so its parameters are read from the checkpoint
+like any other weight and Transformers' own load report lists the missing ones as newly initialised.
+The same registration makes plain ``transformers.AutoModel*.from_pretrained`` (and so pipelines and
+sentence-transformers) load a saved variant as its method.
+
+Which method runs:
+
+- ``attn_impl=`` names it; without it, the method saved in the checkpoint's config is restored, and a
+  plain checkpoint loads unchanged. ``attn_config`` updates the saved options of the same method.
+- ``attn_implementation=`` (Transformers' argument) may name a method too; naming a different one than
+  ``attn_impl``, or a Transformers implementation (``"sdpa"``, ``"eager"``) together with a method, is a
+  ``ValueError`` (load with ``transformers.AutoModel*`` or call ``hea.unpatch_model`` for plain attention).
+- ``attn_config`` without a method (neither given nor saved) is a ``ValueError``.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from typing import Any
+
+import transformers
+from transformers import AutoConfig, PretrainedConfig, PreTrainedModel
+
+from ..registry import method_named_by, resolve_method
+from .bridge import SELF_ATTENTION_CLASSES, check_supported
+from .patching import efficient_class
+
+#: Keyword arguments that locate files, passed to both the config and the model (as Transformers' AutoModel).
+_HUB_KWARGS = ("cache_dir", "force_download", "local_files_only", "proxies", "revision", "subfolder", "token")
+#: Model keyword arguments that the config must not absorb (as Transformers' AutoModel).
+_MODEL_ONLY_KWARGS = ("dtype", "torch_dtype", "quantization_config")
+
+
+def chosen_method(
+    config: PretrainedConfig,
+    attn_impl: str | None,
+    attn_config: dict[str, Any] | None,
+    attn_implementation: str | None = None,
+) -> tuple[str | None, dict[str, Any] | None]:
+    """(method, options) to load ``config`` with, or (None, None) for plain Transformers (module
+    docstring; the rule itself is :func:`registry.resolve_method`)."""
+    saved = getattr(config, "attn_impl", None)
+    named = method_named_by(attn_implementation)
+    if named is not None:
+        if attn_impl not in (None, named):
+            raise ValueError(
+                f"attn_impl={attn_impl!r} and attn_implementation={attn_implementation!r} name different "
+                "methods; give one of them"
+            )
+        attn_impl = named
+    elif attn_implementation is not None and (attn_impl or saved):
+        raise ValueError(
+            f"attn_implementation={attn_implementation!r} would run Transformers' attention, but the efficient "
+            f"method {attn_impl or saved!r} is {'requested' if attn_impl else 'saved in the config'}; to load "
+            "plain attention use transformers.AutoModel*.from_pretrained, or hf_efficient_attn.unpatch_model"
+        )
+    choice = resolve_method(config, attn_impl, attn_config)
+    if choice is None:
+        return None, None
+    check_supported(config, choice[0])
+    return choice
+
+
+class _EfficientAutoModel:
+    """Shared ``from_pretrained`` / ``from_config``; subclasses name the Transformers auto class."""
+
+    _auto_class: type
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        raise EnvironmentError(f"use {type(self).__name__}.from_pretrained(...) or .from_config(...)")
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        pretrained_model_name_or_path: str | os.PathLike,
+        *model_args: Any,
+        attn_impl: str | None = None,
+        attn_config: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> PreTrainedModel:
+        """Load a checkpoint with its self-attention swapped to ``attn_impl`` (module docstring);
+        every other keyword argument behaves as in ``transformers.AutoModel*.from_pretrained``."""
+        path = str(pretrained_model_name_or_path)
+        hub_kwargs = {k: kwargs.pop(k) for k in _HUB_KWARGS if k in kwargs}
+        model_kwargs = {k: kwargs.pop(k) for k in _MODEL_ONLY_KWARGS if k in kwargs}
+        attn_implementation = kwargs.pop("attn_implementation", None)
+        config = kwargs.pop("config", None)
+        if not isinstance(config, PretrainedConfig):
+            config, kwargs = AutoConfig.from_pretrained(
+                config or path, return_unused_kwargs=True, **hub_kwargs, **kwargs
+            )
+        name, options = chosen_method(config, attn_impl, attn_config, attn_implementation)
+        if name is not None:
+            config.attn_impl, config.attn_config = name, options
+            attn_implementation = name
+        if attn_implementation is not None:
+            model_kwargs["attn_implementation"] = attn_implementation
+        return cls._auto_class.from_pretrained(path, *model_args, config=config, **hub_kwargs, **model_kwargs, **kwargs)
+
+    @classmethod
+    def from_config(
+        cls,
+        config: PretrainedConfig,
+        attn_impl: str | None = None,
+        attn_config: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> PreTrainedModel:
+        """A freshly initialised model with ``attn_impl`` (or the config's saved method)."""
+        attn_implementation = kwargs.pop("attn_implementation", None)
+        name, options = chosen_method(config, attn_impl, attn_config, attn_implementation)
+        if name is not None:
+            config = copy.deepcopy(config)  # as Transformers' from_config, the caller's config is left as it was
+            config.attn_impl, config.attn_config = name, options
+            attn_implementation = name
+        if attn_implementation is not None:
+            kwargs["attn_implementation"] = attn_implementation
+        return cls._auto_class.from_config(config, **kwargs)
+
+
+def _auto(name: str, mapping: str) -> type:
+    auto_class = getattr(transformers, name)
+    _register_efficient_classes(auto_class, getattr(transformers, mapping))
+    doc = f"``transformers.{name}`` with ``attn_impl=`` / ``attn_config=`` (see the module docstring)."
+    attributes = {"_auto_class": auto_class, "__doc__": doc, "__module__": __name__}
+    return type(name, (_EfficientAutoModel,), attributes)
+
+
+def _register_efficient_classes(auto_class: type, mapping: Any) -> None:
+    """Make Transformers' own ``auto_class`` build the efficient subclass (``patching.py``) of every
+    supported architecture, through its public ``register``: then plain
+    ``transformers.AutoModel*.from_pretrained``, pipelines, sentence-transformers and PEFT load a saved
+    variant as its method. A config that names no method builds a model that runs exactly as the
+    Transformers class it subclasses."""
+    for model_type in SELF_ATTENTION_CLASSES:
+        config_class = transformers.CONFIG_MAPPING[model_type]
+        if config_class in mapping:
+            auto_class.register(config_class, efficient_class(mapping[config_class]), exist_ok=True)
+
+
+AutoModel = _auto("AutoModel", "MODEL_MAPPING")
+AutoModelForMaskedLM = _auto("AutoModelForMaskedLM", "MODEL_FOR_MASKED_LM_MAPPING")
+AutoModelForPreTraining = _auto("AutoModelForPreTraining", "MODEL_FOR_PRETRAINING_MAPPING")
+AutoModelForSequenceClassification = _auto("AutoModelForSequenceClassification", "MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING")
+AutoModelForMultipleChoice = _auto("AutoModelForMultipleChoice", "MODEL_FOR_MULTIPLE_CHOICE_MAPPING")
+AutoModelForTokenClassification = _auto("AutoModelForTokenClassification", "MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING")
+AutoModelForQuestionAnswering = _auto("AutoModelForQuestionAnswering", "MODEL_FOR_QUESTION_ANSWERING_MAPPING")

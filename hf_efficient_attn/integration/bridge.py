@@ -1,0 +1,180 @@
+"""The bridge to Transformers: the registered attention and mask functions.
+
+BERT-style models dispatch self-attention through ``ALL_ATTENTION_FUNCTIONS`` by
+``config._attn_implementation``; every method name is registered there together with a
+mask function, so the layer's method module (``self_attention.efficient_attn``, attached by
+``patch_model``) receives a key-padding mask. Longformer has its own attention class and gets
+a subclass instead (see ``longformer.py``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+from torch import nn
+from transformers import AttentionInterface
+from transformers.masking_utils import AttentionMaskInterface, bidirectional_mask_function
+
+from ..methods.base import METHOD_ATTRIBUTE, AttentionMethod, AttentionShape, is_tracing
+from ..registry import build_method, method_named_by, on_register, resolve_method, saved_attn_implementation
+from .longformer import EfficientLongformerSelfAttention
+
+#: Attribute a patched model sets on its method modules for a call with ``output_attentions=True``;
+#: then methods that form attention probabilities (those with a ``probabilities`` method) return them.
+RETURN_PROBABILITIES = "return_probabilities"
+
+#: model_type -> class name of its self-attention module (adding an architecture is one line).
+SELF_ATTENTION_CLASSES: dict[str, str] = {
+    "bert": "BertSelfAttention",
+    "roberta": "RobertaSelfAttention",
+    "xlm-roberta": "XLMRobertaSelfAttention",
+    "electra": "ElectraSelfAttention",
+    "camembert": "CamembertSelfAttention",
+    "longformer": "LongformerSelfAttention",
+}
+
+
+def _check_model_type(config: Any, attn_impl: str) -> None:
+    if config.model_type not in SELF_ATTENTION_CLASSES:
+        raise ValueError(
+            f"attention method {attn_impl!r}: unsupported model type {config.model_type!r}; "
+            f"supported: {', '.join(sorted(SELF_ATTENTION_CLASSES))}"
+        )
+
+
+def check_supported(config: Any, attn_impl: str) -> None:
+    """``ValueError`` unless ``config`` is a supported encoder (not a decoder)."""
+    _check_model_type(config, attn_impl)
+    if getattr(config, "is_decoder", False) or getattr(config, "add_cross_attention", False):
+        raise ValueError(
+            f"attention method {attn_impl!r} supports bidirectional encoder self-attention only; "
+            "this model is configured as a decoder (is_decoder / add_cross_attention)"
+        )
+
+
+def layer_shape(config: Any, layer_idx: int) -> AttentionShape:
+    heads = config.num_attention_heads
+    return AttentionShape(heads, config.hidden_size // heads, config.max_position_embeddings, layer_idx)
+
+
+def _plain_transformers_method(module: nn.Module, name: str) -> AttentionMethod:
+    """The method of a layer whose model was built from a Transformers class itself (e.g.
+    ``transformers.BertModel.from_pretrained(p, attn_implementation=name)``; the auto classes build
+    patched models instead, ``auto.py``), built on first use with the options the config saves for
+    that method and registered as a submodule, so ``.eval()`` / ``.train()`` / ``.to()`` reach it.
+
+    Only parameter-free methods can be built here: learnable ones need ``patch_model`` so
+    that their parameters exist before weights load and are saved with the model.
+    """
+    config = module.config
+    check_supported(config, name)
+    _, options = resolve_method(config, name)
+    method = build_method(name, options, layer_shape(config, getattr(module, "layer_idx", None) or 0))
+    if any(True for _ in method.parameters()):
+        raise ValueError(
+            f"attention method {name!r} with options {method.options.to_dict()} has learnable parameters; "
+            "load the model through an auto class (transformers.AutoModel* or hf_efficient_attn.AutoModel*), "
+            "or call hf_efficient_attn.patch_model(model, ...)"
+        )
+    method.to(next(module.parameters()).device).train(module.training)
+    module.add_module(METHOD_ATTRIBUTE, method)
+    return method
+
+
+def key_padding_mask_from(attention_mask: torch.Tensor | None, batch: int, seq_len: int) -> torch.Tensor | None:
+    """Bool (B, N) key-padding mask (True = real) from a 4D mask that only masks keys.
+
+    Accepts bool masks (True = attend) and additive float masks (0 = attend), of shape
+    (B, 1 or H, 1 or N, N); raises ``ValueError`` for anything else (causal, custom).
+    """
+    if attention_mask is None:
+        return None
+    if attention_mask.dim() != 4 or attention_mask.shape[-1] != seq_len:
+        raise ValueError(
+            f"efficient attention accepts a 4D key-padding mask (batch, 1, 1 or {seq_len}, {seq_len}); "
+            f"got shape {tuple(attention_mask.shape)}"
+        )
+    keep = attention_mask if attention_mask.dtype == torch.bool else attention_mask > torch.finfo(attention_mask.dtype).min / 2
+    first_row = keep[:, :1, :1, :]
+    if keep.shape[1] * keep.shape[2] > 1 and not torch.equal(keep, first_row.expand_as(keep)):
+        raise ValueError(
+            "efficient attention methods only honour key-padding masks (every query sees the same keys); "
+            "got a mask that differs between queries or heads (causal or custom)"
+        )
+    return first_row.reshape(-1, seq_len).expand(batch, seq_len)
+
+
+def efficient_attention_forward(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float | None = None,
+    dropout: float = 0.0,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
+    """``AttentionInterface`` function: q, k, v (B, H, N, D) -> ((B, N, H, D), probabilities or None);
+    the probabilities (B, H, N, N) only when the model asked the method for them (``output_attentions``).
+
+    Attention-probability dropout is not applied: the approximations never form the
+    probability matrix (the same choice as the official MRA/YOSO/Nystromformer code).
+    """
+    # ``_attn_implementation`` is how Transformers tells an attention function which name it was
+    # dispatched under (its AttentionInterface docs use it); there is no public accessor.
+    name = method_named_by(module.config._attn_implementation)
+    method = getattr(module, METHOD_ATTRIBUTE, None)
+    if method is None or method.name != name:
+        method = _plain_transformers_method(module, name)
+    batch, _, seq_len, _ = query.shape
+    key_padding_mask = key_padding_mask_from(attention_mask, batch, seq_len)
+    out = method(query, key, value, key_padding_mask, scaling)
+    weights = None
+    if getattr(method, RETURN_PROBABILITIES, False):  # output_attentions=True (patching.py)
+        weights = method.probabilities(query, key, key_padding_mask, query.shape[-1] ** -0.5 if scaling is None else scaling)
+    return out.transpose(1, 2).contiguous(), weights
+
+
+def key_padding_mask_function(
+    batch_size: int,
+    q_length: int,
+    kv_length: int,
+    mask_function: Callable = bidirectional_mask_function,
+    attention_mask: torch.Tensor | None = None,
+    **kwargs: Any,
+) -> torch.Tensor | None:
+    """``AttentionMaskInterface`` function: a (B, 1, 1, N) bool key-padding mask, or None.
+
+    Without a registered mask function Transformers would silently pass no padding mask to
+    a custom attention name.
+    """
+    if mask_function is not bidirectional_mask_function or q_length != kv_length:
+        raise ValueError(
+            "efficient attention methods support bidirectional self-attention with a key-padding mask only; "
+            "causal, cross-attention and custom masks are not supported"
+        )
+    if attention_mask is None or (not is_tracing() and bool(attention_mask.all())):
+        return None
+    return attention_mask[:, None, None, -kv_length:].to(torch.bool)
+
+
+def register_with_transformers(name: str) -> None:
+    """Make ``attn_implementation=name`` work in plain Transformers, under the bare name and the
+    name saved in config.json (``registry.saved_attn_implementation``)."""
+    for key in (name, saved_attn_implementation(name)):
+        AttentionInterface.register(key, efficient_attention_forward)
+        AttentionMaskInterface.register(key, key_padding_mask_function)
+
+
+def self_attention_modules(model: nn.Module) -> list[nn.Module]:
+    """The self-attention modules of a supported model, in layer order."""
+    _check_model_type(model.config, getattr(model.config, "attn_impl", None) or "any")
+    class_name = SELF_ATTENTION_CLASSES[model.config.model_type]
+    modules = [m for m in model.modules() if type(m).__name__ == class_name or isinstance(m, EfficientLongformerSelfAttention)]
+    if not modules:
+        raise ValueError(f"found no {class_name} module in {type(model).__name__}")
+    return modules
+
+
+on_register(register_with_transformers)

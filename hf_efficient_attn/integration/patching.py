@@ -1,0 +1,252 @@
+"""Patching a model: ``patch_model`` / ``unpatch_model`` and the efficient model classes.
+
+A patched model is an instance of an *efficient subclass* of its Transformers class (same name,
+defined in this module, built on demand), which
+
+- builds the method modules in ``__init__`` when ``config.attn_impl`` names a method, so that
+  ``from_pretrained`` loads the method's parameters (Linformer's projections) as ordinary weights
+  and Transformers reports the missing ones as newly initialised, like any new head;
+- initialises method parameters missing from a checkpoint in ``initialize_weights``;
+- keeps ``config.attn_impl`` true to what runs: ``set_attn_implementation("sdpa")`` unpatches,
+  ``set_attn_implementation("yoso")`` re-patches.
+
+``patch_model`` on an already-built model swaps its class to the efficient subclass (as
+BetterTransformer swaps layers) and ``unpatch_model`` swaps it back.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import torch
+import transformers
+from torch import nn
+from transformers import PreTrainedModel
+from transformers.models.longformer.modeling_longformer import LongformerSelfAttention
+
+# Private: the registry that output_hidden_states capture reads per model instance; a class-swapped
+# patched model must be registered or hidden states come back None (no public route in 5.23).
+from transformers.utils.output_capturing import _CAN_RECORD_REGISTRY
+
+from ..methods.base import METHOD_ATTRIBUTE, AttentionMethod, is_tracing
+from ..registry import build_method, list_methods, method_named_by, resolve_method, saved_attn_implementation
+from .bridge import RETURN_PROBABILITIES, check_supported, layer_shape, self_attention_modules
+from .longformer import EfficientLongformerSelfAttention
+from .positions import max_tokens
+
+logger = logging.getLogger(__name__)
+
+_EFFICIENT_CLASSES: dict[type, type] = {}
+#: Attribute of a patched model: the attention implementation to restore when it is unpatched.
+_RESTORE_ATTRIBUTE = "_hea_restore_attn_implementation"
+
+
+class EfficientModelMixin:
+    """What the efficient subclasses add to a Transformers model class (see module docstring)."""
+
+    def __init__(self, config: Any, *args: Any, **kwargs: Any) -> None:
+        # What the caller or config.json asked for (Transformers replaces None by its default below).
+        # Private config field: Transformers' requested attention, no public getter in 5.23.
+        requested = config._attn_implementation
+        super().__init__(config, *args, **kwargs)
+        method = method_named_by(requested)
+        if method is None and requested is not None and getattr(config, "attn_impl", None) is not None:
+            logger.warning(
+                f"attn_implementation={requested!r} runs Transformers' attention: the method "
+                f"{config.attn_impl!r} saved in the config is not used (and not saved again)"
+            )
+            del config.attn_impl, config.attn_config
+        if method is not None or getattr(config, "attn_impl", None) is not None:
+            patch_model(self, method)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        # Input checks here rather than in ``forward``, whose signature Trainer inspects.
+        if not is_patched(self):
+            return super().__call__(*args, **kwargs)
+        self._check_length(args, kwargs)
+        if not (kwargs.get("output_attentions") or self.config.output_attentions):
+            return super().__call__(*args, **kwargs)
+        methods = [m for m in self.modules() if isinstance(m, AttentionMethod)]
+        if self.config.model_type == "longformer" or not all(hasattr(m, "probabilities") for m in methods):
+            raise ValueError(
+                f"attention method {self.config.attn_impl!r} does not form attention probabilities, so "
+                "output_attentions=True is not supported; call the model with output_attentions=False"
+                + ("" if self.config.model_type == "longformer" else " (only 'softmax' returns them)")
+            )
+        for method in methods:
+            setattr(method, RETURN_PROBABILITIES, True)
+        try:
+            return super().__call__(*args, **kwargs)
+        finally:
+            for method in methods:
+                setattr(method, RETURN_PROBABILITIES, False)
+
+    def _check_length(self, args: tuple, kwargs: dict) -> None:
+        """The positions an input uses must lie in the position table: ``position_ids`` when given
+        (packed sequences may be longer than the table), else the input's length. Traced models check
+        the length only (reading position values is a host sync)."""
+        position_ids = kwargs.get("position_ids")
+        if position_ids is not None:
+            rows = self.config.max_position_embeddings
+            if not is_tracing() and position_ids.numel() and int(position_ids.max()) >= rows:
+                raise ValueError(
+                    f"position_ids reach {int(position_ids.max())}, beyond the position table ({rows} rows); "
+                    f"call hf_efficient_attn.extend_position_embeddings(model, max_length=...) first"
+                )
+            return
+        tokens = kwargs.get("input_ids", args[0] if args else None)
+        tokens = kwargs.get("inputs_embeds") if tokens is None else tokens
+        limit = max_tokens(self.config)
+        if tokens is not None and tokens.shape[1] > limit:
+            raise ValueError(
+                f"input of {tokens.shape[1]} tokens exceeds the position table ({limit} tokens allowed); "
+                f"call hf_efficient_attn.extend_position_embeddings(model, max_length={tokens.shape[1]}) first"
+            )
+
+    def initialize_weights(self) -> None:
+        """Transformers' initialisation, then the method modules' own: every method parameter or
+        buffer that the checkpoint did not provide takes the value a freshly built method has
+        (:func:`registry.build_method` draws reproducibly), so a reload never re-draws them at random.
+        (Overriding ``_init_weights`` would not do: Transformers dispatches the modules of an inner
+        model, e.g. ``BertForSequenceClassification.bert``, to that inner model's ``_init_weights``.)"""
+        super().initialize_weights()
+        with torch.no_grad():
+            for method in [m for m in self.modules() if isinstance(m, AttentionMethod)]:
+                fresh = build_method(method.name, method.options.to_dict(), method.shape)
+                fresh_tensors = dict([*fresh.named_parameters(), *fresh.named_buffers()])
+                for name, tensor in [*method.named_parameters(), *method.named_buffers()]:
+                    # Transformers marks what it read from the checkpoint with this flag (the one its
+                    # own guarded init functions check; no public accessor in 5.23).
+                    if not getattr(tensor, "_is_hf_initialized", False):
+                        tensor.copy_(fresh_tensors[name])
+
+    def set_attn_implementation(self, attn_implementation: str | dict, **kwargs: Any) -> None:
+        """A method name re-patches (default options for a new method), anything else unpatches."""
+        method = method_named_by(attn_implementation)
+        if method is not None:
+            patch_model(self, method)
+        elif is_patched(self):
+            unpatch_model(self, restore=attn_implementation)
+        else:
+            super().set_attn_implementation(attn_implementation, **kwargs)
+
+
+def efficient_class(model_class: type[PreTrainedModel]) -> type[PreTrainedModel]:
+    """The efficient subclass of ``model_class`` (itself if it already is one)."""
+    if issubclass(model_class, EfficientModelMixin):
+        return model_class
+    if model_class not in _EFFICIENT_CLASSES:
+        name = model_class.__name__
+        doc = f"``transformers.{name}`` with an efficient attention method (``hf_efficient_attn.integration.patching``)."
+        cls = type(name, (EfficientModelMixin, model_class), {"__module__": __name__, "__doc__": doc})
+        _EFFICIENT_CLASSES[model_class] = cls
+        globals()[name] = cls  # importable by name, so patched models pickle
+    return _EFFICIENT_CLASSES[model_class]
+
+
+def __getattr__(name: str) -> type:
+    """``hf_efficient_attn.integration.patching.<TransformersClass>``: built on first use (unpickling)."""
+    model_class = getattr(transformers, name, None)
+    if isinstance(model_class, type) and issubclass(model_class, PreTrainedModel):
+        return efficient_class(model_class)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _base_class(model: nn.Module) -> type:
+    cls = type(model)
+    return next(c for c in cls.__mro__[1:] if not issubclass(c, EfficientModelMixin)) if issubclass(
+        cls, EfficientModelMixin) else cls
+
+
+def _dispatch(model: PreTrainedModel, attn_implementation: str | dict) -> None:
+    """Transformers' own ``set_attn_implementation`` (not the efficient override). Longformer's
+    attention class is swapped instead, and its mask creation dispatches on the config's attention
+    implementation, which must stay Transformers' "eager" (Longformer's only one); set through the
+    config's private field, as Longformer cannot switch it (no public route in 5.23)."""
+    if model.config.model_type == "longformer":
+        model.config._attn_implementation = "eager"
+    else:
+        PreTrainedModel.set_attn_implementation(model, attn_implementation)
+
+
+def is_patched(model: nn.Module) -> bool:
+    """True once :func:`patch_model` has run on ``model`` (and :func:`unpatch_model` has not)."""
+    return hasattr(model, _RESTORE_ATTRIBUTE)
+
+
+def patch_model(
+    model: PreTrainedModel, attn_impl: str | None = None, attn_config: dict[str, Any] | None = None
+) -> PreTrainedModel:
+    """Replace the self-attention of ``model`` by method ``attn_impl``, in place; returns ``model``.
+
+    Each layer gets its own method module (``<self-attention>.efficient_attn``), and the choice is
+    recorded in ``config.attn_impl`` / ``config.attn_config``, so ``save_pretrained`` writes it.
+    Without ``attn_impl`` the method named by ``config.attn_impl`` is used (``attn_config`` then
+    updates its saved options); with neither, ``ValueError``. Patching a patched model replaces
+    its method (the old method's parameters are dropped). Undo with :func:`unpatch_model`.
+    """
+    config = model.config
+    if attn_impl is None and getattr(config, "attn_impl", None) is None:
+        raise ValueError(
+            "patch_model needs attn_impl (the model's config names no method); "
+            f"known methods: {', '.join(list_methods())}"
+        )
+    attn_impl, options = resolve_method(config, attn_impl, attn_config)
+    check_supported(config, attn_impl)
+    if getattr(config, "output_attentions", False):
+        raise ValueError(
+            f"attention method {attn_impl!r} does not form attention probabilities; the config asks for "
+            "output_attentions=True: set it to False"
+        )
+    if is_patched(model):
+        unpatch_model(model)
+    restore = config._attn_implementation  # no public accessor (see bridge.py)
+    restore = None if method_named_by(restore) else restore  # built as a method: unpatching restores the default
+
+    modules = self_attention_modules(model)
+    for layer_idx, module in enumerate(modules):
+        if isinstance(module, LongformerSelfAttention):
+            module.__class__ = EfficientLongformerSelfAttention  # same parameters, same state-dict keys
+        method = build_method(attn_impl, options, layer_shape(config, layer_idx))
+        param = next(module.parameters())
+        method.to(device=param.device, dtype=param.dtype).train(module.training)
+        setattr(module, METHOD_ATTRIBUTE, method)
+        if layer_idx > 0:
+            method.share_from(modules[0])
+    model.__class__ = efficient_class(type(model))
+    # What PreTrainedModel.__init__ does for the class it builds: without it Transformers finds no
+    # recordable outputs for the new class and output_hidden_states=True returns None. Private (no
+    # public registration exists); kept in step with the pinned Transformers range (setup.cfg).
+    _CAN_RECORD_REGISTRY[model] = model._can_record_outputs
+    setattr(model, _RESTORE_ATTRIBUTE, restore)
+    config.attn_impl, config.attn_config = attn_impl, options
+    # Saved to config.json, where plain Transformers reads it as the attention to run (registry.py).
+    config.attn_implementation = saved_attn_implementation(attn_impl)
+    _dispatch(model, attn_impl)
+    return model
+
+
+def unpatch_model(model: PreTrainedModel, restore: str | dict | None = None) -> PreTrainedModel:
+    """Undo :func:`patch_model`, in place: the method modules (and their parameters) are removed,
+    the class and ``config`` are plain Transformers again, and attention runs through ``restore``
+    (default: the implementation the model had before it was patched)."""
+    if not is_patched(model):
+        raise ValueError(f"{type(model).__name__} is not patched with an efficient attention method")
+    for module in self_attention_modules(model):
+        delattr(module, METHOD_ATTRIBUTE)
+        if isinstance(module, EfficientLongformerSelfAttention):
+            module.__class__ = LongformerSelfAttention
+    restore = restore or getattr(model, _RESTORE_ATTRIBUTE, None) or "sdpa"
+    del model.config.attn_impl, model.config.attn_config, model.config.attn_implementation
+    delattr(model, _RESTORE_ATTRIBUTE)
+    model.__class__ = _base_class(model)
+    _dispatch(model, restore)
+    return model
+
+
+def modules_to_save(model: nn.Module) -> list[str]:
+    """Entries for PEFT's ``modules_to_save`` that keep the method's own parameters (Linformer's
+    projections, convolutions) trainable and saved with an adapter; empty for parameter-free methods."""
+    methods = [m for m in model.modules() if isinstance(m, AttentionMethod)]
+    return [METHOD_ATTRIBUTE] if any(any(True for _ in m.parameters()) for m in methods) else []

@@ -1,0 +1,336 @@
+"""Argument dataclasses shared by the scripts, and their parsing: every script parses its dataclasses
+with :func:`parse_arguments`.
+
+The flag names are those of Transformers' examples (``run_mlm.py``, ``run_glue.py``), with
+underscores, plus ``--attn_impl NAME --attn_config JSON`` for one method. A training script parses
+``(ModelArguments, <its data arguments>, transformers.TrainingArguments)``; a tool that compares
+methods takes ``--methods NAME,NAME`` and ``--attn_config`` as a JSON object keyed by method name
+(:func:`parse_method_names`, :func:`parse_method_configs`). A single ``.json`` argument is the whole
+configuration, as in the examples.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import difflib
+import json
+import os
+import sys
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Sequence
+
+from huggingface_hub.utils import validate_repo_id
+from transformers import HfArgumentParser
+
+from ...registry import list_methods, resolve_options
+
+
+def parse_attn_config(value: str | dict[str, Any] | None) -> dict[str, Any]:
+    """``--attn_config`` of one method: a JSON object of its options."""
+    return parse_json_object("attn_config", value, '{"block_per_row": 16}')
+
+
+def parse_json_object(flag: str, value: str | dict[str, Any] | None, example: str) -> dict[str, Any]:
+    """``--flag``'s JSON object, given as a string (command line) or a dict (``.json`` configuration);
+    ``ValueError`` showing ``example`` for anything else."""
+    if value is None:
+        return {}
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"--{flag} must be a JSON object such as '{example}', got {value!r} ({err})") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"--{flag} must be a JSON object such as '{example}', got {value!r}")
+    return value
+
+
+def parse_method_names(value: str | Sequence[str] | None, allowed: Sequence[str], default: Sequence[str]) -> list[str]:
+    """``--methods``: a comma list of method names (or a list, in a ``.json`` configuration), each one
+    of ``allowed`` and none twice; ``default`` when not given. ``ValueError`` naming the allowed ones."""
+    if value is None:
+        return list(default)
+    names = [name.strip() for name in value.split(",")] if isinstance(value, str) else list(value)
+    for name in names:
+        if name not in allowed:
+            raise ValueError(f"--methods: unknown method {name!r}; known methods: {', '.join(allowed)}")
+    if not names or len(set(names)) < len(names):
+        raise ValueError(f"--methods must name each method once, comma-separated (e.g. mra2,softmax), got {value!r}")
+    return names
+
+
+def parse_method_configs(value: str | dict[str, Any] | None, methods: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """``--attn_config`` of a tool comparing ``methods``: a JSON object of method name -> options
+    (``'{"mra2": {"block_per_row": 8}}'``), each key one of ``methods``, its options checked by
+    :func:`resolve_options`. Returns the options as given (defaults not filled in)."""
+    configs = parse_json_object("attn_config", value, '{"mra2": {"block_per_row": 8}}')
+    for name, options in configs.items():
+        if name not in methods:
+            raise ValueError(f"--attn_config: {name!r} is not a method of this run; its keys are: {', '.join(methods)}")
+        if not isinstance(options, dict):
+            raise ValueError(f"--attn_config: the options of {name!r} must be a JSON object, got {options!r}")
+        try:
+            resolve_options(name, options)
+        except ValueError as err:
+            raise ValueError(f"--attn_config {name!r}: {err}") from None
+    return configs
+
+
+def check_choice(flag: str, value: Any, allowed: Sequence[Any]) -> None:
+    """``ValueError`` naming the allowed values unless ``value`` is one of them."""
+    if value not in allowed:
+        raise ValueError(f"--{flag} {value!r}: allowed: {', '.join(map(str, allowed))}")
+
+
+def check_positive_flags(arguments: Any, *flags: str) -> None:
+    """``ValueError`` naming the flag unless each of ``flags`` of ``arguments`` is None or a
+    positive integer (bools and floats refused)."""
+    for flag in flags:
+        value = getattr(arguments, flag)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
+            raise ValueError(f"--{flag} must be a positive integer, got {value!r}")
+
+
+def check_model_source(flag: str, name: str | None) -> None:
+    """``ValueError`` for a ``--flag`` model that is neither a local folder nor possibly a Hub id:
+    a file, or a missing path that is written as one (``./x``, ``/x``, ``~/x``, ``a/b/c``, or ``a/b``
+    where the folder ``a`` exists). Other names are left to ``from_pretrained`` (the Hub)."""
+    if name is None or os.path.isdir(name):
+        return
+    if os.path.exists(name):
+        raise ValueError(f"--{flag} {name!r} is a file; give a model folder or a Hub model id")
+    parent = os.path.dirname(name.rstrip("/"))
+    if name.startswith((".", "/", "~")) or (parent and os.path.isdir(parent)) or not _is_hub_id(name):
+        raise ValueError(f"--{flag} {name!r}: no such folder (and not a Hub model id)")
+
+
+def _is_hub_id(name: str) -> bool:
+    try:
+        validate_repo_id(name)
+    except ValueError:  # HFValidationError
+        return False
+    return True
+
+
+@dataclass
+class ModelArguments:
+    """Which checkpoint, tokenizer and attention method to use (``run_mlm.py``'s model flags)."""
+
+    model_name_or_path: str = field(
+        metadata={"help": "Checkpoint to start from: a Hub id or a local folder (e.g. one written by convert_to_long)."}
+    )
+    attn_impl: str | None = field(
+        default=None,
+        metadata={
+            "help": "Attention method: one of "
+            + ", ".join(list_methods())
+            + ". Default: the method saved in the checkpoint's config, else exact attention."
+        },
+    )
+    attn_config: str | None = field(
+        default=None,
+        metadata={"help": "Method options as a JSON object, e.g. '{\"block_per_row\": 16}' (see hea.method_options)."},
+    )
+    config_name: str | None = field(
+        default=None, metadata={"help": "Pretrained config name or path if not the same as model_name_or_path."}
+    )
+    tokenizer_name: str | None = field(
+        default=None, metadata={"help": "Pretrained tokenizer name or path if not the same as model_name_or_path."}
+    )
+    cache_dir: str | None = field(
+        default=None, metadata={"help": "Where to store models and datasets downloaded from the Hub."}
+    )
+    use_fast_tokenizer: bool = field(
+        default=True, metadata={"help": "Use a fast (Rust) tokenizer when the checkpoint has one."}
+    )
+    model_revision: str = field(
+        default="main", metadata={"help": "The model version to use (branch name, tag name or commit id)."}
+    )
+    token: str | None = field(
+        default=None, metadata={"help": "Hub token for private models (default: the one `hf auth login` stored)."}
+    )
+    trust_remote_code: bool = field(
+        default=False, metadata={"help": "Allow checkpoints whose code lives on the Hub to run it locally."}
+    )
+
+    def __post_init__(self) -> None:
+        for flag in ("model_name_or_path", "config_name", "tokenizer_name"):
+            check_model_source(flag, getattr(self, flag))
+        if self.attn_impl is not None:
+            resolve_options(self.attn_impl, self.attn_options)  # unknown method/option -> ValueError
+        elif self.attn_config is not None:
+            parse_attn_config(self.attn_config)
+
+    @property
+    def attn_options(self) -> dict[str, Any]:
+        """``--attn_config`` as a dict."""
+        return parse_attn_config(self.attn_config)
+
+    def hub_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for every ``from_pretrained`` call."""
+        return {
+            "cache_dir": self.cache_dir,
+            "revision": self.model_revision,
+            "token": self.token,
+            "trust_remote_code": self.trust_remote_code,
+        }
+
+
+@dataclass
+class MethodArguments:
+    """``--attn_impl`` / ``--attn_config`` of a tool that runs one method on a model it chooses itself
+    (the demo, the quickstart); a tool subclasses it with its own flags."""
+
+    attn_impl: str = field(
+        default="mra2", metadata={"help": "Attention method: one of " + ", ".join(list_methods()) + "."}
+    )
+    attn_config: str | None = field(
+        default=None,
+        metadata={"help": "Method options as a JSON object, e.g. '{\"block_per_row\": 16}' (see hea.method_options)."},
+    )
+
+    def __post_init__(self) -> None:
+        resolve_options(self.attn_impl, self.attn_options)  # unknown method/option -> ValueError
+
+    @property
+    def attn_options(self) -> dict[str, Any]:
+        """``--attn_config`` as a dict."""
+        return parse_attn_config(self.attn_config)
+
+
+@dataclass
+class DataArguments:
+    """Data flags every training script shares (``run_mlm.py`` / ``run_glue.py`` names); a
+    script subclasses it with its own (task name, masking probability, ...)."""
+
+    #: Extensions accepted for ``--train_file`` / ``--validation_file``; subclasses may widen it.
+    file_extensions: ClassVar[tuple[str, ...]] = ("txt", "json", "jsonl", "csv")
+    #: False for a script whose data has a default (the method comparison's bundled text).
+    data_required: ClassVar[bool] = True
+
+    dataset_name: str | None = field(default=None, metadata={"help": "A dataset on the Hub (datasets library)."})
+    dataset_config_name: str | None = field(default=None, metadata={"help": "Its configuration name."})
+    train_file: str | None = field(default=None, metadata={"help": "A local training file (txt, json/jsonl or csv)."})
+    validation_file: str | None = field(
+        default=None, metadata={"help": "A local validation file (txt, json/jsonl or csv)."}
+    )
+    max_seq_length: int | None = field(
+        default=None,
+        metadata={
+            "help": "Tokens per sequence. Default: the tokenizer's model_max_length, capped by the model's table."
+        },
+    )
+    max_train_samples: int | None = field(
+        default=None, metadata={"help": "Keep only this many training examples (debugging, quick runs)."}
+    )
+    max_eval_samples: int | None = field(
+        default=None, metadata={"help": "Keep only this many evaluation examples (debugging, quick runs)."}
+    )
+    preprocessing_num_workers: int | None = field(
+        default=None, metadata={"help": "Processes for tokenisation (datasets.map num_proc)."}
+    )
+    overwrite_cache: bool = field(default=False, metadata={"help": "Recompute cached tokenised datasets."})
+
+    def __post_init__(self) -> None:
+        local = (self.train_file, self.validation_file, getattr(self, "test_file", None))  # GLUE has a test file
+        if self.data_required and self.dataset_name is None and not any(local):
+            raise ValueError("give a dataset: --dataset_name NAME, or --train_file / --validation_file")
+        for flag in ("train_file", "validation_file"):
+            check_data_file(flag, getattr(self, flag), self.file_extensions)
+        check_positive_flags(
+            self, "max_seq_length", "max_train_samples", "max_eval_samples", "preprocessing_num_workers"
+        )
+
+
+def check_max_seq_length(max_seq_length: int | None, model_limit: int) -> None:
+    """``ValueError`` when ``--max_seq_length`` exceeds the model's position table."""
+    if max_seq_length is not None and max_seq_length > model_limit:
+        raise ValueError(
+            f"--max_seq_length {max_seq_length} exceeds the model's position table ({model_limit} tokens); "
+            f"stretch the checkpoint first: scripts/convert_to_long.py --max_length {max_seq_length}"
+        )
+
+
+def block_length(data_args: DataArguments, tokenizer_limit: int, model_limit: int) -> int:
+    """``--max_seq_length``, or the tokenizer's limit capped by the model's position table;
+    ``ValueError`` when it exceeds the table."""
+    check_max_seq_length(data_args.max_seq_length, model_limit)
+    return data_args.max_seq_length or min(tokenizer_limit, model_limit)
+
+
+def check_data_file(flag: str, path: str | None, extensions: Sequence[str]) -> None:
+    """``ValueError`` for a data file that is missing, empty or of an unknown format."""
+    if path is None:
+        return
+    extension = path.rsplit(".", 1)[-1].lower()
+    if extension not in extensions:
+        raise ValueError(f"--{flag} {path!r}: unknown format; allowed extensions: {', '.join(extensions)}")
+    if not os.path.isfile(path):
+        raise ValueError(f"--{flag} {path!r}: no such file")
+    if os.path.getsize(path) == 0:
+        raise ValueError(f"--{flag} {path!r}: the file is empty")
+
+
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """``--help``: the description as written (examples keep their lines), each flag's default shown."""
+
+
+def parse_arguments(
+    dataclass_types: Sequence[type], argv: Sequence[str] | None = None, description: str | None = None
+) -> tuple[Any, ...]:
+    """Parse the command line (``argv``, default ``sys.argv[1:]``) into the dataclasses; ``--help``
+    shows ``description`` and each field's ``metadata["help"]``.
+
+    A single argument ending in ``.json`` is read as the whole configuration (its keys are the
+    flag names), as in Transformers' examples. An unknown flag or key (with the closest flag), a
+    missing required key and a file that is not a JSON object raise ``ValueError``, before any
+    dataclass checks its values.
+    """
+    parser = HfArgumentParser(dataclass_types, description=description, formatter_class=_HelpFormatter)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if len(argv) == 1 and argv[0].endswith(".json"):
+        return parser.parse_dict(read_json_configuration(argv[0], dataclass_types))
+    _, unknown = parser.parse_known_args(args=argv)
+    if unknown:
+        flags = [f"--{f.name}" for cls in dataclass_types for f in dataclasses.fields(cls) if f.init]
+        first = unknown[0]
+        if not first.startswith("-"):
+            raise ValueError(f"unexpected argument {first!r}: every value follows its flag (see {parser.prog} --help)")
+        flag = first.split("=")[0]
+        raise ValueError(f"unknown flag {flag}{did_you_mean(flag, flags)} (see {parser.prog} --help)")
+    return parser.parse_args_into_dataclasses(args=argv)
+
+
+def did_you_mean(name: str, allowed: Sequence[str]) -> str:
+    """`` (did you mean X?)`` for the closest of ``allowed``, or nothing."""
+    close = difflib.get_close_matches(name, allowed, n=1)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
+def read_json_configuration(path: str, dataclass_types: Sequence[type]) -> dict[str, Any]:
+    """The flags of a ``.json`` configuration file, checked against the dataclasses' fields."""
+    if not os.path.isfile(path):
+        raise ValueError(f"configuration file {path!r}: no such file")
+    try:
+        with open(path, encoding="utf-8") as f:
+            values = json.load(f)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"configuration file {path!r} is not valid JSON: {err}") from None
+    if not isinstance(values, dict):
+        raise ValueError(f"configuration file {path!r} must hold a JSON object of flag names and values")
+    fields = [f for cls in dataclass_types for f in dataclasses.fields(cls) if f.init]
+    names = [f.name for f in fields]
+    unknown = [key for key in values if key not in names]
+    if unknown:
+        raise ValueError(
+            f"configuration file {path!r}: unknown key {unknown[0]!r}{did_you_mean(unknown[0], names)}; "
+            "its keys are the script's flag names"
+        )
+    required = [
+        f.name for f in fields if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    ]
+    missing = [name for name in required if name not in values]
+    if missing:
+        raise ValueError(f"configuration file {path!r} lacks the required key {missing[0]!r}")
+    return values

@@ -1,0 +1,344 @@
+"""What every training script does around ``Trainer``: checking its flags before anything is
+loaded, logging, crash-safe checkpoints and finding the one to resume from, loading the tokenizer
+and the model with its attention method, training and evaluating with the examples' output files,
+and the closing summary line."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import re
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import datasets
+import transformers
+import transformers.integrations
+from datasets import Dataset
+from transformers import (
+    AutoConfig,
+    AutoTokenizer,
+    PretrainedConfig,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+    Trainer,
+    TrainingArguments,
+)
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
+
+from ...utils.cpu_allocator import keep_freed_memory
+from .args import ModelArguments
+from .provenance import data_description, source_record, write_provenance
+
+logger = logging.getLogger("hf_efficient_attn.tasks")
+
+
+def setup_logging(training_args: TrainingArguments) -> None:
+    """Transformers' examples' logging: info on the main process, warnings elsewhere."""
+    logging.basicConfig(
+        format="%(asctime)s - %(levelname)s - %(name)s - %(message)s",
+        datefmt="%m/%d/%Y %H:%M:%S",
+        handlers=[logging.StreamHandler(sys.stdout)],
+    )
+    if training_args.should_log:
+        transformers.utils.logging.set_verbosity_info()
+    level = training_args.get_process_log_level()
+    logger.setLevel(level)
+    datasets.utils.logging.set_verbosity(level)
+    transformers.utils.logging.set_verbosity(level)
+    transformers.utils.logging.enable_default_handler()
+    transformers.utils.logging.enable_explicit_format()
+    logger.warning(
+        f"process rank {training_args.process_index} of {training_args.world_size}, device {training_args.device}, "
+        f"bf16 {training_args.bf16}, fp16 {training_args.fp16}"
+    )
+
+
+def check_precision(training_args: TrainingArguments) -> None:
+    """``--fp16`` on a CPU is refused: Trainer accepts it there but runs in fp32 (Accelerate has
+    no fp16 autocast on CPU; measured with Transformers 5.23 / Accelerate 1.15), so the flag
+    would be silently ignored. ``--bf16`` does autocast on CPU."""
+    if training_args.fp16 and training_args.device.type == "cpu":
+        raise ValueError(
+            "--fp16 needs a GPU: on CPU Trainer silently trains in fp32; use --bf16 (CPU autocast) or no flag"
+        )
+
+
+#: ``--report_to`` names whose availability check in ``transformers.integrations`` has another name.
+_REPORTER_CHECKS = {"comet_ml": "comet", "azure_ml": "azureml", "flyte": "flytekit"}
+
+
+def check_report_to(training_args: TrainingArguments) -> None:
+    """``ValueError`` for a ``--report_to`` tracker whose package is not installed (Trainer would
+    fail later, for TensorBoard with advice to update PyTorch)."""
+    for name in training_args.report_to or []:
+        available = getattr(transformers.integrations, f"is_{_REPORTER_CHECKS.get(name, name)}_available", None)
+        if available is not None and not available():
+            hint = " (or pip install -e '.[train]')" if name == "tensorboard" else ""
+            raise ValueError(
+                f"--report_to {name} needs the {name} package: pip install {name}{hint}, or pass --report_to none"
+            )
+
+
+def check_run(training_args: TrainingArguments, stages: Sequence[str] = ("do_train", "do_eval")) -> None:
+    """The run's own flags, checked before anything is loaded: something to do (one of ``stages``),
+    an ``--output_dir`` that can be a folder, ``--fp16`` only on a GPU, ``--report_to`` trackers
+    that are installed and a ``--resume_from_checkpoint`` that exists."""
+    if not any(getattr(training_args, stage) for stage in stages):
+        raise ValueError("nothing to do: pass " + " and/or ".join(f"--{stage}" for stage in stages))
+    output_dir = training_args.output_dir
+    if os.path.exists(output_dir) and not os.path.isdir(output_dir):
+        raise ValueError(f"--output_dir {output_dir!r} is a file; give a folder (new, or this run's to resume it)")
+    check_precision(training_args)
+    check_report_to(training_args)
+    resume = training_args.resume_from_checkpoint
+    if training_args.do_train and resume is not None and not os.path.isdir(resume):
+        raise ValueError(f"--resume_from_checkpoint {resume!r}: no such folder")
+
+
+def load_config(model_args: ModelArguments, **config_kwargs: Any) -> PretrainedConfig:
+    """The checkpoint's config (``--config_name`` or ``--model_name_or_path``): read first, so that a
+    model that cannot be found is an error before any data or weights are loaded."""
+    return AutoConfig.from_pretrained(
+        model_args.config_name or model_args.model_name_or_path, **config_kwargs, **model_args.hub_kwargs()
+    )
+
+
+# ---- crash-safe checkpoints ---------------------------------------------------------------------
+
+#: Written into ``checkpoint-N/`` once every process has written its files: a checkpoint without it
+#: was interrupted (or written by a plain Trainer) and is never chosen to resume from.
+COMPLETE_MARKER = "checkpoint_complete.json"
+
+
+def mark_complete(folder: str, global_step: int) -> None:
+    """Write :data:`COMPLETE_MARKER` into ``folder`` atomically (a temporary file, then a rename)."""
+    path = os.path.join(folder, COMPLETE_MARKER)
+    with open(path + ".tmp", "w") as f:
+        json.dump({"global_step": global_step}, f)
+    os.replace(path + ".tmp", path)
+
+
+def is_complete(folder: str) -> bool:
+    return os.path.isfile(os.path.join(folder, COMPLETE_MARKER))
+
+
+class CrashSafeTrainer(Trainer):
+    """``Trainer`` whose checkpoints can be killed at any moment: ``checkpoint-N/`` is marked
+    complete (:data:`COMPLETE_MARKER`) after every process has written its files, and only then are
+    older checkpoints rotated away (``--save_total_limit``), so the last complete checkpoint is on
+    disk whenever the process dies. :func:`checkpoint_to_resume` picks the highest complete one."""
+
+    def _save_checkpoint(self, model: Any, trial: Any) -> None:
+        # Trainer has no public hook between writing a checkpoint and rotating the old ones away (the
+        # on_save callbacks run after the rotation), so its private save is extended: the rotation is
+        # held back until the new checkpoint is marked complete, then done as Trainer does it.
+        limit = self.args.save_total_limit
+        self.args.save_total_limit = None
+        try:
+            super()._save_checkpoint(model, trial)
+        finally:
+            self.args.save_total_limit = limit
+        self.accelerator.wait_for_everyone()  # each process has written its own rng_state_<rank>.pth
+        if self.args.should_save:
+            run_dir = self._get_output_dir(trial=trial)
+            step = self.state.global_step
+            mark_complete(os.path.join(run_dir, f"{PREFIX_CHECKPOINT_DIR}-{step}"), step)
+            rotate_checkpoints(run_dir, limit, self.state.best_model_checkpoint, use_mtime=True)
+
+    def _run_epoch(self, *args: Any, **kwargs: Any) -> None:
+        # Resumed from the checkpoint of the last step (a kill during the final save or evaluation),
+        # Trainer 5.24 would still run one more optimiser step in mid-epoch (its loop tests max_steps
+        # only after a step), changing the model unless the learning rate has reached 0. This private
+        # method is the one place that runs before that step: there is nothing to train.
+        if self.state.global_step >= self.state.max_steps > 0:
+            self.control.should_training_stop = True
+            return
+        super()._run_epoch(*args, **kwargs)
+
+
+def last_complete_checkpoint(output_dir: str) -> tuple[str | None, list[str]]:
+    """The complete ``checkpoint-N`` of ``output_dir`` with the highest N (None if none), and the
+    incomplete ones above it, which were skipped."""
+    steps = {}
+    for name in os.listdir(output_dir):
+        match = re.fullmatch(rf"{PREFIX_CHECKPOINT_DIR}-(\d+)", name)
+        if match and os.path.isdir(os.path.join(output_dir, name)):
+            steps[int(match.group(1))] = os.path.join(output_dir, name)
+    skipped = []
+    for step in sorted(steps, reverse=True):
+        if is_complete(steps[step]):
+            return steps[step], skipped
+        skipped.append(steps[step])
+    return None, skipped
+
+
+def checkpoint_to_resume(training_args: TrainingArguments) -> str | None:
+    """``--resume_from_checkpoint`` if given, else the last complete ``checkpoint-*`` in
+    ``output_dir`` (as ``run_glue.py``: rerunning a stopped command continues it), saying in the log
+    which one it resumes from and which incomplete ones it skipped."""
+    if not training_args.do_train:
+        return None
+    if training_args.resume_from_checkpoint is not None:
+        if not is_complete(training_args.resume_from_checkpoint):
+            logger.warning(
+                f"{training_args.resume_from_checkpoint} has no {COMPLETE_MARKER}: it may be incomplete (interrupted "
+                "while being written); resuming from it as --resume_from_checkpoint asks"
+            )
+        return training_args.resume_from_checkpoint
+    if not os.path.isdir(training_args.output_dir):
+        return None
+    last, skipped = last_complete_checkpoint(training_args.output_dir)
+    for folder in skipped:
+        logger.warning(f"skipped {folder}: incomplete (no {COMPLETE_MARKER}; its save was interrupted)")
+    if last is not None:
+        logger.warning(f"resuming from {last}, the last complete checkpoint (use another --output_dir to start afresh)")
+    elif skipped:
+        logger.warning("no complete checkpoint to resume from: training starts from the beginning")
+    return last
+
+
+def start_run(training_args: TrainingArguments) -> str | None:
+    """What every training script does once its flags are checked (:func:`check_run`), as
+    Transformers' examples do: logging, the checkpoint to resume from (returned) and the seed; on
+    CPU also no pinned memory and glibc's malloc set to keep freed memory (:func:`keep_freed_memory`:
+    at long lengths it spares every step hundreds of thousands of page faults)."""
+    setup_logging(training_args)
+    if training_args.device.type == "cpu":
+        # Pinned memory only speeds up copies to an accelerator; on CPU torch warns at every
+        # DataLoader that it is not used.
+        training_args.dataloader_pin_memory = False
+        if keep_freed_memory():
+            logger.info("glibc malloc keeps freed memory for reuse (set MALLOC_MMAP_THRESHOLD_ to choose otherwise)")
+    checkpoint = checkpoint_to_resume(training_args)
+    transformers.set_seed(training_args.seed)
+    return checkpoint
+
+
+def require_splits(raw: Any, training_args: TrainingArguments, include_test: bool = False) -> None:
+    """``ValueError`` unless ``raw`` has the split each requested ``--do_*`` stage reads."""
+    stages = {"do_train": "train", "do_eval": "validation", **({"do_predict": "test"} if include_test else {})}
+    for flag, split in stages.items():
+        if getattr(training_args, flag) and split not in raw:
+            raise ValueError(f"--{flag} needs a {split} split: give --{split}_file or a dataset that has one")
+
+
+def load_tokenizer(model_args: ModelArguments) -> PreTrainedTokenizerBase:
+    return AutoTokenizer.from_pretrained(
+        model_args.tokenizer_name or model_args.model_name_or_path,
+        use_fast=model_args.use_fast_tokenizer,
+        **model_args.hub_kwargs(),
+    )
+
+
+def load_model(model_args: ModelArguments, auto_class: type, **config_kwargs: Any) -> PreTrainedModel:
+    """``auto_class`` (an ``hea.AutoModel*``) from ``--model_name_or_path`` with ``--attn_impl`` /
+    ``--attn_config`` (or the method saved in the checkpoint); ``config_kwargs`` override the
+    config (e.g. ``num_labels``)."""
+    return auto_class.from_pretrained(
+        model_args.model_name_or_path,
+        config=load_config(model_args, **config_kwargs),
+        attn_impl=model_args.attn_impl,
+        attn_config=model_args.attn_options or None,
+        **model_args.hub_kwargs(),
+    )
+
+
+def train_and_save(trainer: Trainer, checkpoint: str | None, num_samples: int) -> dict[str, float]:
+    """Train (resuming from ``checkpoint``), save the model and tokenizer, and write
+    ``train_results.json`` and ``trainer_state.json`` as the examples do."""
+    result = trainer.train(resume_from_checkpoint=checkpoint)
+    trainer.save_model()
+    metrics = {**result.metrics, "train_samples": num_samples}
+    trainer.log_metrics("train", metrics)
+    trainer.save_metrics("train", metrics)
+    trainer.save_state()
+    return metrics
+
+
+def evaluate_and_save(
+    trainer: Trainer,
+    num_samples: int,
+    with_perplexity: bool = False,
+    other_sets: dict[str, Dataset] | None = None,
+) -> dict[str, float]:
+    """Evaluate and write ``eval_results.json`` (and ``all_results.json``); with
+    ``with_perplexity``, add ``perplexity`` = exp(eval_loss) as ``run_mlm.py`` does.
+    ``other_sets`` maps a suffix to another evaluation set whose metrics are added with that
+    suffix (``run_glue.py``'s MNLI mismatched set: ``{"_mm": dataset}`` gives ``eval_accuracy_mm``)."""
+    metrics = {**trainer.evaluate(), "eval_samples": num_samples}
+    if with_perplexity:
+        try:
+            metrics["perplexity"] = math.exp(metrics["eval_loss"])
+        except OverflowError:
+            metrics["perplexity"] = float("inf")
+    for suffix, dataset in (other_sets or {}).items():
+        other = {**trainer.evaluate(eval_dataset=dataset), "eval_samples": len(dataset)}
+        metrics.update({f"{key}{suffix}": value for key, value in other.items()})
+    trainer.log_metrics("eval", metrics)
+    trainer.save_metrics("eval", metrics)
+    return metrics
+
+
+#: Entries of Trainer's evaluation metrics that are bookkeeping, not results.
+_EVAL_BOOKKEEPING = ("_runtime", "_per_second", "epoch")
+
+
+def record_stage(
+    trainer: Trainer,
+    model_args: ModelArguments,
+    data_args: Any,
+    stage: str,
+    script: str,
+    max_seq_length: int,
+    train_metrics: dict[str, float],
+    eval_metrics: dict[str, float] | None,
+) -> None:
+    """Write ``provenance.json`` next to the trained model (main process): the source model's
+    record plus this stage (``script``, data, length, steps, batch, learning rate, evaluation)."""
+    if not trainer.is_world_process_zero():
+        return
+    args, state = trainer.args, trainer.state
+    model = trainer.model.get_base_model() if hasattr(trainer.model, "get_base_model") else trainer.model
+    entry = {
+        "stage": stage,
+        "script": script,
+        "model": model_args.model_name_or_path,
+        "attn_impl": getattr(model.config, "attn_impl", None),
+        "data": data_description(data_args),
+        "max_seq_length": max_seq_length,
+        "train_samples": train_metrics.get("train_samples"),
+        "steps": state.global_step,
+        "epochs": state.epoch,
+        "global_batch_size": args.per_device_train_batch_size * args.gradient_accumulation_steps * args.world_size,
+        "learning_rate": args.learning_rate,
+        "eval": {k: v for k, v in (eval_metrics or {}).items() if not k.endswith(_EVAL_BOOKKEEPING)},
+    }
+    record = source_record(model_args.model_name_or_path, **model_args.hub_kwargs())
+    write_provenance(args.output_dir, record, entry)
+
+
+def summary_line(
+    model: PreTrainedModel,
+    train_metrics: dict[str, float] | None,
+    tokens_per_example: float | None,
+    eval_metrics: dict[str, float] | None,
+    metric: str = "eval_accuracy",
+    metric_label: str = "accuracy",
+) -> str:
+    """One closing line: method, training throughput in tokens/s and the main eval metric
+    (``eval_metrics[metric]``, printed as ``metric_label``), eval loss and perplexity."""
+    method = getattr(model.config, "attn_impl", None) or "exact (no attn_impl)"
+    parts = [f"attention {method}"]
+    if train_metrics and tokens_per_example:
+        rate = train_metrics["train_samples_per_second"] * tokens_per_example
+        parts.append(f"train {rate:,.0f} tokens/s ({train_metrics['train_runtime']:.1f} s)")
+    if eval_metrics:
+        parts.append(f"eval {metric_label} {eval_metrics[metric]:.4f}")
+        parts.append(f"eval_loss {eval_metrics['eval_loss']:.4f}")
+        if "perplexity" in eval_metrics:
+            parts.append(f"perplexity {eval_metrics['perplexity']:.2f}")
+    return "summary: " + ", ".join(parts)

@@ -1,0 +1,208 @@
+"""Turn a 512-position checkpoint into a long-input model with an efficient attention: the
+first step of the MRA paper's long-sequence recipe (Zeng et al., ICML 2022, section 5.2) and of
+Longformer's (Beltagy et al. 2020, section 5). ``scripts/convert_to_long.py`` is the command line
+over :func:`convert_to_long`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any, Sequence
+
+import torch
+from transformers import (
+    AutoConfig,
+    AutoModelForMaskedLM,
+    AutoTokenizer,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+)
+
+from ..integration.auto import chosen_method
+from ..integration.bridge import SELF_ATTENTION_CLASSES
+from ..integration.patching import patch_model
+from ..integration.positions import check_max_length, extend_position_embeddings, max_tokens
+from .common.provenance import source_record, write_provenance
+
+
+@dataclass
+class ConversionReport:
+    """What :func:`convert_to_long` did, for the user to read."""
+
+    model_type: str
+    tokens_before: int
+    tokens_after: int
+    attn_impl: str | None
+    attn_config: dict[str, Any]
+    new_head_tensors: list[str] = field(default_factory=list)
+    output_dir: str | None = None
+
+    def lines(self) -> list[str]:
+        if self.tokens_after > self.tokens_before:
+            positions = (
+                f"position table: {self.tokens_before} -> {self.tokens_after} tokens "
+                f"(the pretrained {self.tokens_before} positions repeated to fill it)"
+            )
+        else:
+            already = "Longformer is already a long model: " if self.model_type == "longformer" else ""
+            positions = f"position table: unchanged, {already}it already takes {self.tokens_before} tokens"
+        attention = (
+            f"attention: {self.attn_impl} {self.attn_config}" if self.attn_impl else "attention: unchanged (exact)"
+        )
+        lines = [f"model type: {self.model_type}", positions, attention]
+        if self.new_head_tensors:
+            lines.append(
+                f"MLM head: the checkpoint has none; a new one was initialised ({len(self.new_head_tensors)} tensors: "
+                f"{', '.join(self.new_head_tensors)}); continue MLM pretraining (scripts/pretrain_mlm.py) to train it"
+            )
+        lines.append(f"tokenizer: model_max_length = {self.tokens_after}")
+        if self.output_dir:
+            lines.append(f"saved model and tokenizer to {self.output_dir}")
+        return lines
+
+
+class _HeldBackTyingWarnings(logging.Filter):
+    """Holds back Transformers' "This checkpoint seem corrupted" warnings of a load. A checkpoint
+    without an MLM head (a sentence encoder) gives one for the head's tied bias, missing like the
+    rest of the head, which the report lists as new; :meth:`release` lets the others through."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+        self.logger = logging.getLogger("transformers.modeling_utils")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if "seem corrupted" in record.getMessage():
+            self.records.append(record)
+            return False
+        return True
+
+    def __enter__(self) -> _HeldBackTyingWarnings:
+        self.logger.addFilter(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.logger.removeFilter(self)
+
+    def release(self, unless_about: list[str]) -> None:
+        """Emit the held warnings, except those whose tied tensors are all in ``unless_about``."""
+        for record in self.records:
+            tied = re.search(r"tie (\S+) to (\S+),", record.getMessage())
+            if tied is None or not set(tied.groups()) <= set(unless_about):
+                self.logger.handle(record)
+
+
+def convert_to_long(
+    model_name_or_path: str,
+    max_length: int = 4096,
+    attn_impl: str | None = None,
+    attn_config: dict[str, Any] | None = None,
+    output_dir: str | None = None,
+    config_name: str | None = None,
+    tokenizer_name: str | None = None,
+    use_fast_tokenizer: bool = True,
+    seed: int = 0,
+    base_model: str | None = None,
+    **hub_kwargs: Any,
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase, ConversionReport]:
+    """Load a checkpoint as a masked-LM model, stretch its position table to ``max_length``
+    tokens (:func:`~hf_efficient_attn.extend_position_embeddings`), swap its attention to
+    ``attn_impl`` and set the tokenizer's ``model_max_length``; save both to ``output_dir``.
+
+    The method is attached after the extension, so that methods whose parameters are sized by
+    the length (Linformer's E, F) get the new length. A checkpoint without an MLM head (e.g. a
+    sentence encoder saved as ``BertModel``) gets a newly initialised head, listed in the report;
+    its initialisation is drawn from ``seed``, so converting twice gives the same model.
+    Without ``attn_impl``, the method saved in the checkpoint's config (if any) is kept.
+    ``output_dir`` also gets ``provenance.json`` (:mod:`.common.provenance`): the Hub checkpoint
+    this came from (``base_model``, default: the source's own record, or its Hub id) and its license,
+    for the model card of what is trained from it.
+    ``config_name`` / ``tokenizer_name`` load those from elsewhere; ``hub_kwargs``
+    (``cache_dir``, ``revision``, ``token``, ``trust_remote_code``) go to
+    every ``from_pretrained``.
+    """
+    max_length = check_max_length(max_length)
+    if output_dir is not None and os.path.exists(output_dir) and not os.path.isdir(output_dir):
+        raise ValueError(f"--output_dir {output_dir!r} is a file; give a folder")
+    config = AutoConfig.from_pretrained(config_name or model_name_or_path, **hub_kwargs)
+    if config.model_type not in SELF_ATTENTION_CLASSES:
+        raise ValueError(
+            f"unsupported model type {config.model_type!r}; supported: {', '.join(sorted(SELF_ATTENTION_CLASSES))}"
+        )
+    name, options = chosen_method(config, attn_impl, attn_config)
+    # Plain Transformers loads the weights; the method is attached after the extension (see above).
+    held_back = _HeldBackTyingWarnings()
+    with torch.random.fork_rng(), held_back:  # a new head's init is seeded; the caller's generator is restored
+        torch.manual_seed(seed)
+        model, loading_info = AutoModelForMaskedLM.from_pretrained(
+            model_name_or_path, config=config, output_loading_info=True, **hub_kwargs
+        )
+    prefix = model.base_model_prefix + "."
+    new_head = sorted(k for k in loading_info["missing_keys"] if not k.startswith(prefix))
+    held_back.release(unless_about=new_head)
+    tokens_before = max_tokens(config)
+    if max_length > tokens_before:  # a table as long or longer is kept (e.g. Longformer's 4096)
+        extend_position_embeddings(model, max_length)
+    if name is not None:
+        patch_model(model, name, options)
+    tokenizer = AutoTokenizer.from_pretrained(
+        tokenizer_name or model_name_or_path, use_fast=use_fast_tokenizer, **hub_kwargs
+    )
+    tokenizer.model_max_length = max_tokens(model.config)
+    report = ConversionReport(
+        model_type=config.model_type,
+        tokens_before=tokens_before,
+        tokens_after=max_tokens(model.config),
+        attn_impl=name,
+        attn_config=dict(model.config.attn_config) if name else {},
+        new_head_tensors=new_head,
+        output_dir=output_dir,
+    )
+    if output_dir is not None:
+        model.save_pretrained(output_dir)
+        tokenizer.save_pretrained(output_dir)
+        stage = {"stage": "conversion", "script": "convert_to_long.py", "model": model_name_or_path,
+                 **{key: value for key, value in asdict(report).items() if key != "output_dir"}}  # fmt: skip
+        write_provenance(output_dir, source_record(model_name_or_path, base_model, **hub_kwargs), stage)
+    return model, tokenizer, report
+
+
+@dataclass
+class ConversionArguments:
+    """``scripts/convert_to_long.py``'s own flags (the model flags are :class:`ModelArguments`)."""
+
+    output_dir: str = field(metadata={"help": "Where to save the long model and its tokenizer."})
+    max_length: int = field(default=4096, metadata={"help": "Tokens the position table will take."})
+    seed: int = field(default=0, metadata={"help": "Seed of a newly initialised MLM head (checkpoints without one)."})
+    base_model: str | None = field(
+        default=None,
+        metadata={
+            "help": "Hub id of the checkpoint converted, recorded for the model card (push_to_hub.py) when "
+            "--model_name_or_path is a local folder that does not record it."
+        },
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> ConversionReport:
+    """Command line of ``scripts/convert_to_long.py``: convert, save, print what was done."""
+    from .common.args import ModelArguments, parse_arguments
+
+    model_args, conversion_args = parse_arguments((ModelArguments, ConversionArguments), argv)
+    *_, report = convert_to_long(
+        model_args.model_name_or_path,
+        conversion_args.max_length,
+        model_args.attn_impl,
+        model_args.attn_options,
+        conversion_args.output_dir,
+        config_name=model_args.config_name,
+        tokenizer_name=model_args.tokenizer_name,
+        use_fast_tokenizer=model_args.use_fast_tokenizer,
+        seed=conversion_args.seed,
+        base_model=conversion_args.base_model,
+        **model_args.hub_kwargs(),
+    )
+    print("\n".join(report.lines()))
+    return report

@@ -1,0 +1,499 @@
+"""Which method at which length: continued masked-LM training of one checkpoint with each attention
+method, measured (``scripts/compare_methods.py``).
+
+The comparison follows the MRA paper's (Zeng et al., "Multi Resolution Analysis (MRA) for
+Approximate Self-Attention", ICML 2022, Tables 3 and 4: a stretched checkpoint trained on with
+each method, masked-token accuracy compared with exact attention's). Every method starts from the
+same weights and sees the same batches with the same masks (the pretraining pipeline of
+:mod:`.pretrain`: same seed, deterministic masks); only the attention differs. A checkpoint whose MLM
+head is new (a sentence encoder stretched by ``convert_to_long``) first gets its head trained
+with exact attention, the rest frozen, and every method starts from that warmed checkpoint, so
+that the comparison measures the attention, not the head.
+
+Each method trains in its own process (spawned), so that its peak memory and its time per step
+are its own (a process's heap keeps what an earlier method grew it to). Each writes into
+``output_dir/<method>/`` with the crash-safe checkpoints of :mod:`..common.driver` and a done marker
+written last: rerunning the same command skips finished methods and resumes an interrupted one.
+The results are ``results.csv``, ``comparison.png`` and ``summary.md`` in ``output_dir``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import json
+import logging
+import multiprocessing
+import os
+import resource
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from transformers import PretrainedConfig, TrainerCallback, TrainingArguments
+from transformers.trainer_callback import ExportableState
+
+from ... import AutoModelForMaskedLM
+from ...integration.positions import max_tokens
+from ...registry import list_methods, resolve_options
+from ...utils.cli_errors import USER_ERRORS, one_line
+from ..common.args import ModelArguments, block_length, parse_arguments, parse_method_configs, parse_method_names
+from ..common.data import write_wikipedia_jsonl
+from ..common.driver import (
+    last_complete_checkpoint,
+    load_config,
+    load_model,
+    load_tokenizer,
+    setup_logging,
+    start_run,
+    train_and_save,
+)
+from ..common.provenance import read_provenance
+from .compare_report import (
+    REFERENCE,
+    check_plotting,
+    method_line,
+    plot_comparison,
+    read_rows,
+    summary_markdown,
+    write_rows,
+)
+from .pretrain import MLMDataArguments, check_mlm_run, masked_datasets, mlm_trainer
+
+logger = logging.getLogger("hf_efficient_attn.tasks")
+
+#: The methods compared by default: exact attention (the reference) and the approximations of the
+#: MRA paper's Table 4 that this project implements.
+DEFAULT_METHODS = ("softmax", "mra2", "mra2_s", "nystromformer", "linformer", "skeinformer", "yoso", "performer")
+#: Folder of the warmed checkpoint (not a method name).
+WARMUP_FOLDER = "head_warmup"
+#: Written into a stage's folder when it has finished, last: a folder without it is resumed.
+DONE_MARKER = "comparison_done.json"
+#: The step-0 weights of a method, one SHA-256 per tensor (the same-start check).
+START_WEIGHTS = "start_weights.json"
+#: The settings every method must share; a rerun with other values is refused.
+SETTINGS_FILE = "comparison.json"
+
+
+@dataclass
+class ComparisonModelArguments(ModelArguments):
+    """The model flags, with ``--attn_config`` holding options per method; ``--attn_impl`` is hidden
+    from ``--help`` and refused (the methods are ``--methods``)."""
+
+    attn_impl: str | None = field(default=None, metadata={"help": argparse.SUPPRESS})
+    attn_config: str | None = field(
+        default=None,
+        metadata={
+            "help": "Options per method: a JSON object keyed by method name, e.g. "
+            '\'{"mra2": {"block_per_row": 8}, "linformer": {"k": 128}}\'. Methods left out take their defaults.'
+        },
+    )
+
+    def __post_init__(self) -> None:
+        if self.attn_impl is not None:
+            raise ValueError("--attn_impl does not apply to a comparison: list the methods in --methods")
+        super().__post_init__()
+
+
+@dataclass
+class ComparisonDataArguments(MLMDataArguments):
+    """``pretrain_mlm.py``'s data flags; without any, the bundled real English Wikipedia articles
+    (gensim's test data) are used, the last 8 held out."""
+
+    data_required = False
+
+
+@dataclass
+class ComparisonArguments:
+    """What is compared, and the head warm-up."""
+
+    methods: str = field(
+        default=",".join(DEFAULT_METHODS),
+        metadata={"help": f"Comma-separated methods, {REFERENCE} (the reference) among them; any of "
+                  + ", ".join(list_methods())},
+    )  # fmt: skip
+    head_warmup_steps: int | None = field(
+        default=None,
+        metadata={
+            "help": "Steps training only the MLM head (exact attention, the rest frozen) before the comparison. "
+            "Default: 100 when the checkpoint's MLM head is new (a checkpoint without one, or one convert_to_long "
+            "added and nothing trained since), else 0."
+        },
+    )
+    head_warmup_learning_rate: float = field(default=1e-3, metadata={"help": "Learning rate of the head warm-up."})
+
+    def __post_init__(self) -> None:
+        if self.head_warmup_steps is not None and (
+            isinstance(self.head_warmup_steps, bool) or not isinstance(self.head_warmup_steps, int)
+            or self.head_warmup_steps < 0
+        ):  # fmt: skip
+            raise ValueError(f"--head_warmup_steps must be 0 or a positive integer, got {self.head_warmup_steps!r}")
+        if not self.head_warmup_learning_rate > 0:
+            raise ValueError(f"--head_warmup_learning_rate must be positive, got {self.head_warmup_learning_rate}")
+        parse_methods(self.methods)
+
+    @property
+    def method_list(self) -> list[str]:
+        return parse_methods(self.methods)
+
+
+def parse_methods(text: str) -> list[str]:
+    """``--methods`` as a list (:func:`.args.parse_method_names`), the reference among them."""
+    names = parse_method_names(text, list_methods(), DEFAULT_METHODS)
+    if REFERENCE not in names:
+        raise ValueError(f"--methods must include {REFERENCE}, the reference the others are measured against")
+    return names
+
+
+def method_options(methods: Sequence[str], attn_config: str | None) -> dict[str, dict[str, Any]]:
+    """Every method's full options: defaults updated by ``--attn_config[method]``
+    (:func:`.args.parse_method_configs` checks the keys and options)."""
+    given = parse_method_configs(attn_config, methods)
+    return {name: resolve_options(name, given.get(name)).to_dict() for name in methods}
+
+
+# ---- one stage (the head warm-up or one method), run in its own process --------------------------
+
+
+@dataclass
+class Stage:
+    """What one spawned process trains: ``attn_impl`` from ``model_args.model_name_or_path`` into
+    ``training_args.output_dir``; with ``head_only``, only the MLM head."""
+
+    name: str
+    model_args: ModelArguments
+    data_args: ComparisonDataArguments
+    training_args: TrainingArguments
+    seq_len: int
+    head_only: bool = False
+
+    @property
+    def folder(self) -> str:
+        return self.training_args.output_dir
+
+
+def peak_memory_mb(device: torch.device) -> float:
+    """Peak memory of this process so far: allocated GPU memory on CUDA, else the resident set."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / 2**20 if sys.platform == "darwin" else peak / 2**10  # bytes on macOS, KiB on Linux
+
+
+class StepTimer(TrainerCallback, ExportableState):
+    """Adds ``train_seconds`` (optimisation steps only: no evaluation, saving or data loading) and
+    ``peak_memory_mb`` to every evaluation entry of the log history. Both are saved in each
+    checkpoint's trainer state, so a resumed run counts on from where the checkpoint stopped."""
+
+    def __init__(self, seconds: float = 0.0, peak_mb: float = 0.0):
+        self.seconds = seconds
+        self.peak_mb = peak_mb
+        self._began: float | None = None
+
+    def state(self) -> dict[str, Any]:
+        return {"args": {}, "attributes": {"seconds": self.seconds, "peak_mb": self.peak_mb}}
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        saved = state.stateful_callbacks.get(type(self).__name__)  # restored from the checkpoint
+        if isinstance(saved, dict):
+            self.seconds = saved["attributes"]["seconds"]
+            self.peak_mb = saved["attributes"]["peak_mb"]
+
+    def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._began = time.perf_counter()
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.seconds += time.perf_counter() - self._began
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: dict | None = None, **kwargs: Any) -> None:
+        if logs and "eval_loss" in logs:
+            self.peak_mb = max(self.peak_mb, peak_memory_mb(args.device))
+            # Trainer appended a copy of `logs` to the history just before this call.
+            state.log_history[-1].update(train_seconds=self.seconds, peak_memory_mb=self.peak_mb)
+
+
+class StartWeights(TrainerCallback):
+    """Writes :data:`START_WEIGHTS` (a SHA-256 per tensor of the model) when training begins at
+    step 0: what the method really started from."""
+
+    def __init__(self, folder: str):
+        self.folder = folder
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
+        if state.global_step == 0:
+            write_json(os.path.join(self.folder, START_WEIGHTS), tensor_hashes(model.state_dict()))
+
+
+def tensor_hashes(state_dict: dict[str, torch.Tensor]) -> dict[str, str]:
+    """SHA-256 of each tensor's bytes."""
+    return {
+        name: hashlib.sha256(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy()).hexdigest()
+        for name, tensor in state_dict.items()
+    }
+
+
+def freeze_all_but_the_head(model: torch.nn.Module) -> None:
+    """Train only what is outside the encoder (the MLM head's transform and bias); the decoder's
+    weight, tied to the word embeddings, stays frozen with the encoder."""
+    encoder = {id(parameter) for parameter in model.base_model.parameters()}
+    for parameter in model.parameters():  # tied parameters appear once, as the encoder's
+        parameter.requires_grad_(id(parameter) not in encoder)
+
+
+def run_stage(stage: Stage) -> None:
+    """Train one stage (resuming from its last complete checkpoint), save the model, then write its
+    ``results.csv`` (methods) and the done marker."""
+    checkpoint = start_run(stage.training_args)
+    tokenizer = load_tokenizer(stage.model_args)
+    train_set, eval_set = masked_datasets(stage.model_args, stage.data_args, stage.training_args, tokenizer,
+                                          stage.seq_len)  # fmt: skip
+    model = load_model(stage.model_args, AutoModelForMaskedLM)
+    if stage.head_only:
+        freeze_all_but_the_head(model)
+        callbacks = []
+    else:
+        callbacks = [StepTimer(), StartWeights(stage.folder)]
+    trainer = mlm_trainer(model, stage.training_args, tokenizer, train_set, eval_set, callbacks)
+    train_and_save(trainer, checkpoint, len(train_set))
+    if not stage.head_only:
+        write_rows(os.path.join(stage.folder, "results.csv"), evaluation_rows(stage.name, trainer.state.log_history))
+    write_json(os.path.join(stage.folder, DONE_MARKER), {"stage": stage.name, "steps": trainer.state.global_step})
+
+
+def evaluation_rows(method: str, log_history: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per evaluation of the log history, in step order."""
+    return [
+        {"method": method, "step": entry["step"], "seconds": entry["train_seconds"], "eval_loss": entry["eval_loss"],
+         "eval_accuracy": entry["eval_accuracy"], "peak_memory_mb": entry["peak_memory_mb"]}
+        for entry in sorted(log_history, key=lambda entry: entry["step"]) if "eval_loss" in entry
+    ]  # fmt: skip
+
+
+def _stage_process(sender: Any, stage: Stage) -> None:
+    """Sends None when the stage has finished, its one-line message after a user error (which the
+    parent raises as its own); a crash sends nothing."""
+    try:
+        run_stage(stage)
+    except USER_ERRORS as err:
+        sender.send(f"{stage.name}: {one_line(err)}")
+    else:
+        sender.send(None)
+
+
+def run_in_own_process(stage: Stage) -> None:
+    """:func:`run_stage` in a spawned process; its user error is raised here as ``ValueError``."""
+    context = multiprocessing.get_context("spawn")
+    receiver, sender = context.Pipe(duplex=False)
+    process = context.Process(target=_stage_process, args=(sender, stage), name=f"compare-{stage.name}")
+    process.start()
+    sender.close()  # the child's copy stays open: recv() ends when the child sends or dies
+    try:
+        error = receiver.recv()
+    except EOFError:  # died without a word: its exit status tells below
+        error = None
+    process.join()
+    if error is not None:
+        raise ValueError(error)
+    if process.exitcode != 0:
+        raise RuntimeError(
+            f"{stage.name} stopped (exit status {process.exitcode}; see its messages above); "
+            "rerun the same command to resume it"
+        )
+
+
+# ---- the comparison ------------------------------------------------------------------------------
+
+
+def write_json(path: str, value: Any) -> None:
+    """Write ``value`` as JSON atomically (a temporary file, then a rename)."""
+    with open(path + ".tmp", "w") as f:
+        json.dump(value, f, indent=2)
+    os.replace(path + ".tmp", path)
+
+
+def read_json(path: str) -> Any:
+    with open(path) as f:
+        return json.load(f)
+
+
+def is_done(folder: str) -> bool:
+    return os.path.isfile(os.path.join(folder, DONE_MARKER))
+
+
+def head_is_new(model_path: str, config: PretrainedConfig) -> bool:
+    """True when the checkpoint has no trained MLM head: its architecture has none (a ``BertModel``),
+    or ``convert_to_long`` added one (recorded in ``provenance.json``) and no masked-LM stage came after."""
+    if not any(name.endswith(("ForMaskedLM", "ForPreTraining")) for name in config.architectures or []):
+        return True
+    stages = (read_provenance(model_path) or {}).get("stages", [])
+    added = [i for i, stage in enumerate(stages) if stage.get("new_head_tensors")]
+    trained = [i for i, stage in enumerate(stages) if stage.get("stage") == "masked-LM pretraining"]
+    return bool(added) and (not trained or trained[-1] < added[-1])
+
+
+def check_settings(output_dir: str, settings: dict[str, Any]) -> None:
+    """Record ``settings`` in :data:`SETTINGS_FILE`, or ``ValueError`` when the folder holds a
+    comparison made with other settings (its methods would not be comparable)."""
+    path = os.path.join(output_dir, SETTINGS_FILE)
+    if os.path.isfile(path):
+        recorded = read_json(path)
+        changed = sorted(key for key in settings if recorded.get(key) != settings[key])
+        if changed:
+            key = changed[0]
+            raise ValueError(
+                f"--output_dir {output_dir!r} holds a comparison made with {key} = {recorded.get(key)!r}, not "
+                f"{settings[key]!r}; rerun it with the same settings, or give another --output_dir"
+            )
+    os.makedirs(output_dir, exist_ok=True)
+    write_json(path, settings)
+
+
+def stage_arguments(training_args: TrainingArguments, folder: str, **changes: Any) -> TrainingArguments:
+    return dataclasses.replace(training_args, output_dir=folder, **changes)
+
+
+def run_comparison(
+    model_args: ComparisonModelArguments,
+    data_args: ComparisonDataArguments,
+    compare_args: ComparisonArguments,
+    training_args: TrainingArguments,
+) -> list[dict[str, Any]]:
+    """Warm up the head if it is new, train each method (skipping finished ones), write
+    ``results.csv``, ``comparison.png`` and ``summary.md`` into ``--output_dir``; returns the rows."""
+    methods = compare_args.method_list
+    options = method_options(methods, model_args.attn_config)
+    training_args.do_train = training_args.do_eval = True  # what a comparison does, asked for or not
+    check_mlm_run(training_args)
+    if training_args.world_size > 1:
+        raise ValueError("run the comparison as one process (each method gets its own), not under torchrun")
+    if training_args.max_steps <= 0:
+        raise ValueError("give --max_steps N: every method trains the same number of steps")
+    # Trainer takes a fraction of max_steps too; default: 10 evaluations.
+    eval_steps = training_args.eval_steps or max(1, training_args.max_steps // 10)
+    config = load_config(model_args)
+    check_plotting()
+    setup_logging(training_args)
+    output_dir = training_args.output_dir
+    if data_args.dataset_name is None and data_args.train_file is None and data_args.validation_file is None:
+        data_dir = os.path.join(output_dir, "data")
+        if not os.path.isfile(os.path.join(data_dir, "validation.jsonl")):
+            write_wikipedia_jsonl(data_dir)
+        data_args.train_file = os.path.join(data_dir, "train.jsonl")
+        data_args.validation_file = os.path.join(data_dir, "validation.jsonl")
+
+    tokenizer = load_tokenizer(model_args)
+    seq_len = block_length(data_args, tokenizer.model_max_length, max_tokens(config))
+    warmup_steps = compare_args.head_warmup_steps
+    if warmup_steps is None:
+        warmup_steps = 100 if head_is_new(model_args.model_name_or_path, config) else 0
+    check_settings(output_dir, {
+        "model_name_or_path": model_args.model_name_or_path, "max_seq_length": seq_len,
+        "data": [data_args.dataset_name, data_args.train_file, data_args.validation_file],
+        "max_train_samples": data_args.max_train_samples, "max_eval_samples": data_args.max_eval_samples,
+        "max_steps": training_args.max_steps, "num_train_epochs": training_args.num_train_epochs,
+        "batch": [training_args.per_device_train_batch_size, training_args.gradient_accumulation_steps],
+        "learning_rate": training_args.learning_rate, "seed": training_args.seed, "eval_steps": eval_steps,
+        "head_warmup": [warmup_steps, compare_args.head_warmup_learning_rate],
+    })  # fmt: skip
+    # The data are checked here, before any process starts (and tokenised once: the others read the cache).
+    train_set, eval_set = masked_datasets(model_args, data_args, training_args, tokenizer, seq_len)
+    batch = training_args.per_device_train_batch_size * training_args.gradient_accumulation_steps
+    setup = (
+        f"{training_args.max_steps} steps of {batch} x {seq_len} tokens ({len(train_set)} training blocks), learning "
+        f"rate {training_args.learning_rate:g}, seed {training_args.seed}; evaluated every {eval_steps:g} steps on "
+        f"{len(eval_set)} held-out blocks with fixed masks"
+    )
+
+    start = model_args.model_name_or_path
+    if warmup_steps > 0:
+        start = os.path.join(output_dir, WARMUP_FOLDER)
+        warmup = Stage(
+            WARMUP_FOLDER,
+            plain_model_args(model_args, model_args.model_name_or_path, REFERENCE, {}),
+            data_args,
+            stage_arguments(training_args, start, max_steps=warmup_steps, learning_rate=compare_args.
+                            head_warmup_learning_rate, do_eval=False, eval_strategy="no", save_strategy="steps",
+                            save_steps=eval_steps, save_total_limit=1),
+            seq_len,
+            head_only=True,
+        )  # fmt: skip
+        run_or_skip(warmup, f"MLM head warm-up ({warmup_steps} steps, {REFERENCE} attention, the rest frozen)")
+
+    for method in methods:
+        folder = os.path.join(output_dir, method)
+        check_method_folder(folder, method, options[method])
+        stage = Stage(
+            method,
+            plain_model_args(model_args, start, method, options[method]),
+            data_args,
+            # Evaluated at step 0 unless resumed (the resumed history has that evaluation).
+            stage_arguments(training_args, folder, eval_strategy="steps", eval_steps=eval_steps,
+                            eval_on_start=last_complete_checkpoint(folder)[0] is None,
+                            save_strategy="steps", save_steps=eval_steps,
+                            save_total_limit=training_args.save_total_limit or 1),
+            seq_len,
+        )  # fmt: skip
+        run_or_skip(stage, f"{method} {options[method]}")
+        print(method_line(read_rows(os.path.join(folder, "results.csv"))), flush=True)
+
+    check_same_start(output_dir, methods)
+    rows = [row for method in methods for row in read_rows(os.path.join(output_dir, method, "results.csv"))]
+    write_rows(os.path.join(output_dir, "results.csv"), rows)
+    plot_comparison(rows, os.path.join(output_dir, "comparison.png"), seq_len)
+    with open(os.path.join(output_dir, "summary.md"), "w") as f:
+        f.write(summary_markdown(rows, seq_len, model_args.model_name_or_path, warmup_steps, setup))
+    print(f"wrote results.csv, comparison.png and summary.md to {output_dir}", flush=True)
+    return rows
+
+
+def plain_model_args(
+    model_args: ComparisonModelArguments, path: str, attn_impl: str, options: dict[str, Any]
+) -> ModelArguments:
+    """The model flags of one stage: ``path`` loaded with ``attn_impl`` and its ``options``."""
+    shared = {f.name: getattr(model_args, f.name) for f in dataclasses.fields(ModelArguments) if f.init}
+    return ModelArguments(**{**shared, "model_name_or_path": path, "attn_impl": attn_impl,
+                             "attn_config": json.dumps(options)})  # fmt: skip
+
+
+def check_method_folder(folder: str, method: str, options: dict[str, Any]) -> None:
+    """Record the method's options in ``folder/method.json``, or ``ValueError`` when the folder
+    holds a run of the method with other options."""
+    path = os.path.join(folder, "method.json")
+    recorded = {"attn_impl": method, "attn_config": options}
+    if os.path.isfile(path) and read_json(path) != recorded:
+        raise ValueError(
+            f"{folder!r} holds a {method} run with options {read_json(path)['attn_config']}, not {options}; "
+            "rerun with the same --attn_config, or give another --output_dir"
+        )
+    os.makedirs(folder, exist_ok=True)
+    write_json(path, recorded)
+
+
+def run_or_skip(stage: Stage, description: str) -> None:
+    """Run the stage in its own process unless it has finished before."""
+    if is_done(stage.folder):
+        print(f"{stage.name}: finished before, skipped ({stage.folder})", flush=True)
+        return
+    print(f"{stage.name}: training {description} in {stage.folder}", flush=True)
+    run_in_own_process(stage)
+
+
+def check_same_start(output_dir: str, methods: Sequence[str]) -> None:
+    """``RuntimeError`` unless every method began with the reference's weights (the tensors they
+    share: a method may add its own, such as Linformer's projections)."""
+    reference = read_json(os.path.join(output_dir, REFERENCE, START_WEIGHTS))
+    for method in methods:
+        weights = read_json(os.path.join(output_dir, method, START_WEIGHTS))
+        differ = sorted(name for name in weights.keys() & reference.keys() if weights[name] != reference[name])
+        if differ:
+            raise RuntimeError(f"{method} did not start from {REFERENCE}'s weights: {', '.join(differ[:3])} differ")
+
+
+def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    """Command line of ``scripts/compare_methods.py``."""
+    types = (ComparisonModelArguments, ComparisonDataArguments, ComparisonArguments, TrainingArguments)
+    return run_comparison(*parse_arguments(types, argv))

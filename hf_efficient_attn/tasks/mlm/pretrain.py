@@ -1,0 +1,193 @@
+"""Continued masked-language-model pretraining with Trainer (``scripts/pretrain_mlm.py``): the
+recovery step of the MRA paper (Zeng et al., ICML 2022, section 5.2) after stretching a checkpoint
+with ``convert_to_long``.
+
+Differences from Transformers' ``run_mlm.py``, each for a reason: masks come from
+:mod:`..common.masking` (exact resume, fixed validation masks), the loss from :mod:`..common.loss` (same loss
+on any number of processes), a missing text column or a ``--max_seq_length`` beyond the
+position table is an error instead of a silent fallback.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from transformers import (
+    DataCollatorForLanguageModeling,
+    DataCollatorForTokenClassification,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+    TrainerCallback,
+    TrainingArguments,
+)
+
+from ... import AutoModelForMaskedLM
+from ...integration.positions import max_tokens
+from ..common.args import DataArguments, ModelArguments, block_length, check_max_seq_length, parse_arguments
+from ..common.data import first_rows, load_raw_datasets, mean_length, text_column, tokenize_in_blocks, tokenize_lines
+from ..common.driver import (
+    CrashSafeTrainer,
+    check_run,
+    evaluate_and_save,
+    load_config,
+    load_model,
+    load_tokenizer,
+    record_stage,
+    require_splits,
+    start_run,
+    summary_line,
+    train_and_save,
+)
+from ..common.loss import global_mean_loss
+from ..common.masking import DeterministicallyMaskedDataset, MaskingEpochCallback
+from ..common.metrics import masked_token_accuracy, predicted_tokens
+
+logger = logging.getLogger("hf_efficient_attn.tasks")
+
+
+@dataclass
+class MLMDataArguments(DataArguments):
+    """``run_mlm.py``'s data flags, plus the text column and the validation masking seed."""
+
+    validation_split_percentage: int = field(
+        default=5,
+        metadata={"help": "Percent of the training rows used for validation when there is no validation split."},
+    )
+    mlm_probability: float = field(default=0.15, metadata={"help": "Fraction of tokens to mask."})
+    line_by_line: bool = field(
+        default=False,
+        metadata={"help": "One example per non-empty line (truncated), instead of full blocks of concatenated text."},
+    )
+    text_column_name: str | None = field(default=None, metadata={"help": "Column holding the text (default: text)."})
+    eval_mask_seed: int = field(
+        default=0,
+        metadata={"help": "Seed of the validation masks (fixed, independent of --seed, so runs are comparable)."},
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not 0.0 < self.mlm_probability < 1.0:
+            raise ValueError(f"--mlm_probability must be between 0 and 1, got {self.mlm_probability}")
+
+
+def masked_datasets(
+    model_args: ModelArguments,
+    data_args: MLMDataArguments,
+    training_args: TrainingArguments,
+    tokenizer: PreTrainedTokenizerBase,
+    seq_len: int,
+) -> tuple[DeterministicallyMaskedDataset | None, DeterministicallyMaskedDataset | None]:
+    """The training and validation sets of the ``--do_*`` stages asked for (None otherwise): text
+    tokenised into blocks of ``seq_len`` tokens (or lines), masked deterministically (training masks
+    from ``--data_seed``/``--seed``, validation masks from ``--eval_mask_seed``)."""
+    if tokenizer.mask_token is None:
+        raise ValueError(f"the tokenizer of {model_args.model_name_or_path} has no mask token; MLM needs one")
+    raw = load_raw_datasets(
+        data_args.dataset_name,
+        data_args.dataset_config_name,
+        data_args.train_file,
+        data_args.validation_file,
+        data_args.validation_split_percentage,
+        cache_dir=model_args.cache_dir,
+        token=model_args.token,
+        validation_needed=training_args.do_eval,
+    )
+    require_splits(raw, training_args)
+    column = text_column(raw["train" if training_args.do_train else "validation"], data_args.text_column_name)
+    prepare = tokenize_lines if data_args.line_by_line else tokenize_in_blocks
+    tokenized = prepare(
+        raw,
+        tokenizer,
+        column,
+        seq_len,
+        num_proc=data_args.preprocessing_num_workers,
+        load_from_cache_file=not data_args.overwrite_cache,
+        main_process_first=training_args.main_process_first(desc="tokenising"),
+    )
+    masker = DataCollatorForLanguageModeling(tokenizer, mlm_probability=data_args.mlm_probability)
+    mask_seed = training_args.data_seed if training_args.data_seed is not None else training_args.seed
+    train_set = eval_set = None
+    if training_args.do_train:
+        train_examples = first_rows(tokenized["train"], data_args.max_train_samples)
+        train_set = DeterministicallyMaskedDataset(train_examples, masker, mask_seed)
+    if training_args.do_eval:
+        eval_examples = first_rows(tokenized["validation"], data_args.max_eval_samples)
+        eval_set = DeterministicallyMaskedDataset(eval_examples, masker, data_args.eval_mask_seed)
+    return train_set, eval_set
+
+
+def mlm_trainer(
+    model: PreTrainedModel,
+    training_args: TrainingArguments,
+    tokenizer: PreTrainedTokenizerBase,
+    train_set: DeterministicallyMaskedDataset | None,
+    eval_set: DeterministicallyMaskedDataset | None,
+    callbacks: Sequence[TrainerCallback] = (),
+) -> CrashSafeTrainer:
+    """The crash-safe Trainer of masked-LM training: the step's global mean loss, masked-token
+    accuracy on ``eval_set``, and the masks' epoch kept in step with training."""
+    return CrashSafeTrainer(
+        model=model,
+        args=training_args,
+        train_dataset=train_set,
+        eval_dataset=eval_set,
+        processing_class=tokenizer,
+        # Pads input_ids with the pad token and labels with -100 (blocks need none; lines do).
+        data_collator=DataCollatorForTokenClassification(tokenizer),
+        compute_loss_func=global_mean_loss,
+        compute_metrics=masked_token_accuracy if eval_set is not None else None,
+        preprocess_logits_for_metrics=predicted_tokens if eval_set is not None else None,
+        callbacks=[*([MaskingEpochCallback(train_set)] if train_set is not None else []), *callbacks],
+    )
+
+
+def check_mlm_run(training_args: TrainingArguments) -> None:
+    """:func:`~.driver.check_run`, and no persistent data-loader workers (their copies of the
+    training set would keep epoch 0's masks)."""
+    check_run(training_args)
+    if training_args.dataloader_persistent_workers and training_args.dataloader_num_workers > 0:
+        raise ValueError(
+            "--dataloader_persistent_workers keeps each worker's copy of the training set, so the masks would not "
+            "change between epochs; leave it off"
+        )
+
+
+def run_mlm(
+    model_args: ModelArguments,
+    data_args: MLMDataArguments,
+    training_args: TrainingArguments,
+    callbacks: Sequence[TrainerCallback] = (),
+) -> dict:
+    """Tokenise, train, evaluate and save as ``run_mlm.py``; returns all metrics. ``callbacks`` are
+    added to the Trainer's."""
+    check_mlm_run(training_args)
+    model_limit = max_tokens(load_config(model_args))
+    check_max_seq_length(data_args.max_seq_length, model_limit)
+    checkpoint = start_run(training_args)
+
+    tokenizer = load_tokenizer(model_args)
+    seq_len = block_length(data_args, tokenizer.model_max_length, model_limit)
+    train_set, eval_set = masked_datasets(model_args, data_args, training_args, tokenizer, seq_len)
+    model = load_model(model_args, AutoModelForMaskedLM)
+    trainer = mlm_trainer(model, training_args, tokenizer, train_set, eval_set, callbacks)
+
+    train_metrics = eval_metrics = None
+    if train_set is not None:
+        train_metrics = train_and_save(trainer, checkpoint, len(train_set))
+    if eval_set is not None:
+        eval_metrics = evaluate_and_save(trainer, len(eval_set), with_perplexity=True)
+    if train_metrics is not None:
+        record_stage(trainer, model_args, data_args, "masked-LM pretraining", "pretrain_mlm.py", seq_len,
+                     train_metrics, eval_metrics)  # fmt: skip
+    tokens_per_example = mean_length(train_set.examples) if train_set is not None else None
+    line = summary_line(model, train_metrics, tokens_per_example, eval_metrics, metric_label="masked-token accuracy")
+    if trainer.is_world_process_zero():
+        print(line)
+    return {**(train_metrics or {}), **(eval_metrics or {})}
+
+
+def main(argv: Sequence[str] | None = None, callbacks: Sequence[TrainerCallback] = ()) -> dict:
+    """Command line of ``scripts/pretrain_mlm.py``."""
+    return run_mlm(*parse_arguments((ModelArguments, MLMDataArguments, TrainingArguments), argv), callbacks)

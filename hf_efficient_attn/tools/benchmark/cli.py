@@ -1,0 +1,268 @@
+"""Speed and peak memory against SDPA, versus sequence length; every measurement in a fresh process.
+
+Two benchmarks, each a table (markdown + csv), the raw measurements (json) and a plot (png) in
+``--output_dir``:
+
+- attention (default): one call of every method on random q, k, v (batch 1, 12 heads,
+  head_dim 64), forward and forward+backward, against exact attention through SDPA (method
+  ``softmax``); writes ``attention.{md,csv,json,png}``.
+- ``--model``: one training step (MLM forward, backward, AdamW step) of a roberta-base-width
+  encoder (hidden 768, 12 heads, FFN 3072; ``--layers``, ``--vocab_size``) with Transformers'
+  own SDPA attention ("sdpa") and with each method patched in; ``vmean`` (the mean of V,
+  attention almost free) is the floor set by the rest of the model. Its timing processes keep
+  freed memory for reuse, as the training scripts do on CPU (:mod:`hf_efficient_attn.utils.cpu_allocator`;
+  ``--glibc_malloc``: glibc's defaults). Writes ``model_step.{md,csv,json,png}``.
+
+- ``--compile``: eager against ``torch.compile`` for the same roberta-base-width model (an inference
+  forward or, with ``--train``, a training step) on a padded batch (the last row a quarter padding),
+  per method with Transformers' SDPA beside: the eager call, the first compiled call (compilation
+  included, with Inductor's caches off so that every process compiles from scratch) and the
+  steady-state compiled call. Writes ``compile.{md,csv,json}``.
+- ``--onnx``: the same model's inference forward (batch 1, no padding) served by ONNX Runtime from
+  its ONNX export (``scripts/export_onnx.py``'s exporter), against eager PyTorch, per method with
+  Transformers' SDPA beside. Writes ``onnx.{md,csv,json}``.
+
+The methods are given as ``--methods mra2,nystromformer`` and their options, per method, as
+``--attn_config '{"mra2": {"backend": "flex"}}'`` (a method left out runs at its defaults).
+A process times the median of ``--repeats`` calls after ``--warmup`` untimed calls: one for the
+attention (it compiles compiled kernels), two for ``--model``, whose first step allocates the
+optimizer state and whose second still grows the heap to its working size (the first steps fault
+in many pages, later ones none; counts in docs/benchmarks.md), so that the timed step is a steady-
+state one, like almost every step of a training run. With ``--rounds`` R > 1 every time is taken R
+times, each round measuring every job once in turn, and the median is reported; ratios (speed-up,
+time over the floor) are the medians of the per-round ratios, so that a machine whose speed drifts
+during the run slows both sides of a ratio alike (``--model`` defaults to 3 rounds of one timed
+step each). The attention step back-propagates a fixed random gradient of the output, dense like a
+real model's (``out.sum()`` would hand the methods a broadcast one). Peak memory is what one more
+call needs beyond the memory live before it (inputs, weights, optimizer state, accumulated
+gradients): on CUDA the rise of ``max_memory_allocated``; on CPU the rise of the resident set's
+high-water mark over the resident size before the call, with glibc's mmap threshold fixed at 128
+KiB for that call so that freed tensors leave the resident set (otherwise the peak measures what
+the allocator keeps).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+
+from ...registry import list_methods
+from ...tasks.common.args import (
+    check_choice,
+    check_positive_flags,
+    parse_arguments,
+    parse_method_configs,
+    parse_method_names,
+)
+from .processes import measure_all, measure_timings
+from .report import attention_table, compile_table, markdown, model_step_table, onnx_table, write_outputs
+from .steps import ATTENTION_REFERENCE, DTYPES, MODEL_FLOOR, MODEL_REFERENCE
+
+DEFAULT_MODEL_METHODS = ["mra2", "mra2_s"]
+
+
+def _setting(args: BenchmarkArguments) -> str:
+    threads = f", {args.threads or torch.get_num_threads()} CPU threads" if args.device == "cpu" else ""
+    options = "".join(f"; {name} {json.dumps(config)}" for name, config in args.method_configs.items())
+    return f"{args.device}{threads}, {args.dtype}, torch {torch.__version__}{options}"
+
+
+def run(args: BenchmarkArguments) -> list[dict[str, Any]]:
+    """Run the benchmark that ``args`` asks for; write and return its table."""
+    common = dict(batch=args.batch, device=args.device, dtype=args.dtype, repeats=args.repeats, warmup=args.warmup,
+                  threads=args.threads)
+    out = Path(args.output_dir)
+
+    def job(method: str, **values: Any) -> dict[str, Any]:
+        return dict(method=method, options=args.method_configs.get(method, {}), **values, **common)
+
+    if args.compile or args.onnx:
+        kind = "compile" if args.compile else "onnx"
+        extra = {"train": args.train} if args.compile else {}
+        jobs = [job(m, kind=kind, seq_len=n, layers=args.layers, vocab_size=args.vocab_size, **extra)
+                for n in args.seq_lens for m in args.measured]
+        results = measure_timings(jobs, args.rounds)
+        if args.compile:
+            rows = compile_table(jobs, results)
+            call = "training step (MLM forward + backward + AdamW)" if args.train else "inference forward"
+            title = (f"torch.compile against eager: {call} of a roberta-base-width encoder, {args.layers} layer(s), "
+                     f"batch {args.batch} (the last row a quarter padding); {_setting(args)}; Inductor caches off")
+        else:
+            rows = onnx_table(jobs, results)
+            title = (f"ONNX Runtime (CPU provider, {torch.get_num_threads() if args.threads is None else args.threads} "
+                     f"threads) against eager PyTorch: inference forward of a roberta-base-width encoder, "
+                     f"{args.layers} layer(s), batch {args.batch}; {_setting(args)}")
+        out.mkdir(parents=True, exist_ok=True)
+        with open(out / f"{kind}.csv", "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+        (out / f"{kind}.md").write_text(f"{title}\n\n{markdown(rows)}\n")
+        (out / f"{kind}.json").write_text(json.dumps({"title": title, "rows": rows, "rounds": results}, indent=1))
+    elif args.model:
+        jobs = [job(m, kind="model", seq_len=n, layers=args.layers, vocab_size=args.vocab_size,
+                    glibc_malloc=args.glibc_malloc)
+                for n in args.seq_lens for m in args.measured]
+        measurements = measure_all(jobs, args.rounds)
+        rows = model_step_table(measurements, args.batch)
+        malloc = "glibc's default malloc" if args.glibc_malloc else "malloc keeping freed memory"
+        title = (f"Training step (MLM forward + backward + AdamW) of a roberta-base-width encoder, {args.layers} "
+                 f"layer(s), vocabulary {args.vocab_size}, batch {args.batch}; {_setting(args)}"
+                 + (f", {malloc}" if args.device == "cpu" else ""))
+        write_outputs(rows, measurements, out, "model_step", title)
+    else:
+        modes = [False] if args.forward_only else [False, True]
+        jobs = [job(m, kind="attention", seq_len=n, backward=b, heads=args.heads, head_dim=args.head_dim)
+                for m in args.measured for n in args.seq_lens for b in modes]
+        measurements = measure_all(jobs, args.rounds)
+        rows = attention_table(measurements)
+        title = (f"Attention call, batch {args.batch}, {args.heads} heads, head_dim {args.head_dim}; "
+                 f"{_setting(args)}")
+        write_outputs(rows, measurements, out, "attention", title)
+    print(markdown(rows))
+    return rows
+
+
+EXAMPLES = """
+examples:
+  python scripts/benchmark.py --methods mra2,nystromformer --seq_lens 1024 4096
+  python scripts/benchmark.py --model                    # mra2, mra2_s vs sdpa and vmean
+  python scripts/benchmark.py --model --device cuda --dtype bf16 --methods mra2 --attn_config '{"mra2": {"backend": "flex"}}'
+  python scripts/benchmark.py --compile --methods mra2,nystromformer --seq_lens 1024
+  python scripts/benchmark.py --onnx --methods mra2
+"""
+
+
+@dataclass
+class BenchmarkArguments:
+    """The flags of ``scripts/benchmark.py``; defaults that depend on the benchmark are filled in, and
+    every value checked, on construction."""
+
+    model: bool = field(default=False, metadata={"help": "Benchmark a whole-model training step instead of attention."})
+    compile: bool = field(
+        default=False,
+        metadata={"help": "Benchmark torch.compile against eager for a whole model (SDPA beside)."},
+    )
+    train: bool = field(default=False, metadata={"help": "--compile only: time a training step instead of a forward."})
+    onnx: bool = field(
+        default=False,
+        metadata={"help": "Benchmark ONNX Runtime against eager PyTorch for a whole model (SDPA beside)."},
+    )
+    methods: str | None = field(
+        default=None,
+        metadata={"help": f"Methods to compare with SDPA, comma-separated. Default: every method "
+                          f"({','.join(list_methods())}); with --model, --compile or --onnx: "
+                          f"{','.join(DEFAULT_MODEL_METHODS)}."},
+    )
+    attn_config: str | None = field(
+        default=None,
+        metadata={"help": "Options per method, a JSON object keyed by method name, e.g. "
+                          "'{\"mra2\": {\"block_per_row\": 8}}'; a method left out runs at its defaults."},
+    )
+    seq_lens: list[int] | None = field(
+        default=None,
+        metadata={"help": "Sequence lengths, space-separated. Default: 512 1024 2048 4096; with --model: 1024 2048 "
+                          "4096 8192 16384; with --compile: 1024; with --onnx: 1024 4096."},
+    )
+    batch: int | None = field(default=None, metadata={"help": "Default: 1; with --compile: 2 (the last row a "
+                                                              "quarter padding)."})
+    heads: int = field(default=12, metadata={"help": "Attention benchmark only: heads."})
+    head_dim: int = field(default=64, metadata={"help": "Attention benchmark only: head dimension."})
+    layers: int = field(default=2, metadata={"help": "Whole-model benchmarks: encoder layers."})
+    vocab_size: int = field(
+        default=1024,
+        metadata={"help": "Whole-model benchmarks: MLM vocabulary (small, so that the step measures the encoder; "
+                          "roberta-base's 50265 adds the same cost to every method)."},
+    )
+    device: str = field(default="cuda" if torch.cuda.is_available() else "cpu", metadata={"help": "cpu or cuda."})
+    dtype: str = field(
+        default="fp32",
+        metadata={"help": f"One of {', '.join(DTYPES)}. Attention: the dtype of q, k, v; whole model: the "
+                          "autocast dtype (fp32 = none)."},
+    )
+    repeats: int | None = field(
+        default=None,
+        metadata={"help": "Timed calls per process after the warm-up, their median kept. Default: 3; with --model: 1."},
+    )
+    warmup: int | None = field(
+        default=None,
+        metadata={"help": "Untimed calls per process before the timed ones. Default: 1; with --model: 2 (the first "
+                          "step allocates the optimizer state, the second still grows the heap)."},
+    )
+    rounds: int | None = field(
+        default=None,
+        metadata={"help": "Times every measurement is taken, each time in a new process, the jobs in turn; the "
+                          "median is reported, ratios are medians of per-round ratios. Default: 1; with --model: 3."},
+    )
+    threads: int | None = field(
+        default=None, metadata={"help": "CPU threads of each measuring process (default: torch's default)."}
+    )
+    forward_only: bool = field(default=False, metadata={"help": "Attention benchmark only: no backward."})
+    glibc_malloc: bool = field(
+        default=False,
+        metadata={"help": "--model on CPU: time with glibc's default malloc, which returns freed memory to the "
+                          "system, instead of keeping it for reuse as the training scripts do."},
+    )
+    output_dir: str = field(default="outputs/benchmark", metadata={"help": "Folder for the tables and plots."})
+
+    def __post_init__(self) -> None:
+        whole_model = self.model or self.compile or self.onnx
+        if self.model + self.compile + self.onnx > 1:
+            raise ValueError("--model, --compile and --onnx are three benchmarks: give one of them")
+        if self.train and not self.compile:
+            raise ValueError("--train applies to --compile (--model always times a training step)")
+        if whole_model and self.forward_only:
+            raise ValueError("--forward_only applies to the attention benchmark only")
+        check_choice("device", self.device, ["cpu", "cuda"])
+        check_choice("dtype", self.dtype, list(DTYPES))
+        if self.glibc_malloc and not (self.model and self.device == "cpu"):
+            raise ValueError("--glibc_malloc applies to --model on CPU only (the attention benchmark always uses "
+                             "glibc's defaults)")
+        if self.device == "cuda" and not torch.cuda.is_available():
+            raise ValueError("--device cuda: no CUDA device is available; use --device cpu")
+        if self.onnx and (self.device, self.dtype) != ("cpu", "fp32"):
+            raise ValueError("--onnx times ONNX Runtime's CPU provider in fp32: leave --device and --dtype at cpu / fp32")
+        if self.warmup is not None and self.warmup < 0:
+            raise ValueError(f"--warmup must be 0 or more, got {self.warmup}")
+        check_positive_flags(self, "batch", "heads", "head_dim", "layers", "vocab_size", "repeats", "rounds", "threads")
+        if self.seq_lens is not None and any(n < 1 for n in self.seq_lens):
+            raise ValueError(f"--seq_lens must be positive integers, got {self.seq_lens}")
+        self._fill_defaults()
+        allowed = list_methods() + ([MODEL_REFERENCE] if whole_model else [])
+        self.method_names = parse_method_names(
+            self.methods, allowed, DEFAULT_MODEL_METHODS if whole_model else list_methods())
+        references = [MODEL_REFERENCE] if (self.compile or self.onnx) else [MODEL_REFERENCE, MODEL_FLOOR] if self.model \
+            else [ATTENTION_REFERENCE]
+        #: What is measured: the references first, then the methods asked for.
+        self.measured = references + [m for m in self.method_names if m not in references]
+        self.method_configs = parse_method_configs(self.attn_config, [m for m in self.measured if m != MODEL_REFERENCE])
+
+    def _fill_defaults(self) -> None:
+        if self.batch is None:
+            self.batch = 2 if self.compile else 1  # --compile: a padded batch, as served or trained
+        if self.repeats is None:
+            self.repeats = 1 if self.model else 3
+        if self.rounds is None:
+            self.rounds = 3 if self.model else 1
+        if self.warmup is None:
+            self.warmup = 2 if self.model else 1
+        if self.seq_lens is None:
+            self.seq_lens = ([1024] if self.compile else [1024, 4096] if self.onnx
+                             else [1024, 2048, 4096, 8192, 16384] if self.model else [512, 1024, 2048, 4096])
+
+
+def parse_args(argv: Sequence[str] | None = None) -> BenchmarkArguments:
+    """The command line as :class:`BenchmarkArguments`; bad values raise ``ValueError`` naming what is
+    allowed, before anything is measured."""
+    (args,) = parse_arguments([BenchmarkArguments], argv, description=__doc__ + EXAMPLES)
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    """Command line of ``scripts/benchmark.py``."""
+    return run(parse_args(argv))

@@ -1,0 +1,135 @@
+"""Every measurement in a fresh process, in rounds; the measurements they return."""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from tqdm.auto import tqdm
+
+from ...utils.cpu_allocator import keep_freed_memory, return_freed_memory
+from .steps import attention_step, compile_timings, model_step, onnx_timings
+from .timing import call_peak_mb, median_seconds
+
+
+@dataclass
+class Measurement:
+    method: str  # a method name, or "sdpa" (Transformers' own attention)
+    seq_len: int
+    mode: str  # "forward", "forward+backward" or "train step"
+    seconds: float  # median over the rounds
+    peak_mb: float
+    pids: list[int]  # the fresh processes that measured the time (one per round) and the memory
+    round_seconds: list[float] = field(default_factory=list)  # the time measured in each round
+
+
+def time_ratio(mine: Measurement, other: Measurement) -> float:
+    """``mine``'s time over ``other``'s: the median of the per-round ratios when both were measured
+    in the same rounds (a machine whose speed drifts between rounds then slows both alike), else
+    the ratio of their times."""
+    if len(mine.round_seconds) == len(other.round_seconds) > 1:
+        return statistics.median(a / b for a, b in zip(mine.round_seconds, other.round_seconds))
+    return mine.seconds / other.seconds
+
+
+def measure_request(request: dict[str, Any]) -> float | dict[str, float]:
+    """Seconds (``request["measure"] == "time"``) or peak MB (``"memory"``) of the step asked for;
+    for ``kind`` "compile" and "onnx", the timings of :func:`compile_timings` / :func:`onnx_timings`."""
+    request = dict(request)
+    what, kind, repeats, warmup, threads = (
+        request.pop(key) for key in ("measure", "kind", "repeats", "warmup", "threads"))
+    glibc_malloc = request.pop("glibc_malloc", False)
+    if request["device"] == "cpu" and what == "memory" and not return_freed_memory():
+        print("not glibc: CPU peak memory includes memory kept by the allocator", file=sys.stderr)
+    elif request["device"] == "cpu" and what == "time" and kind == "model" and not glibc_malloc:
+        keep_freed_memory()  # as the training scripts do
+    if threads:
+        torch.set_num_threads(threads)
+    if kind in ("compile", "onnx"):
+        return (compile_timings if kind == "compile" else onnx_timings)(**request, repeats=repeats, warmup=warmup)
+    step = (model_step if kind == "model" else attention_step)(**request)
+    device = torch.device(request["device"])
+    return median_seconds(step, device, repeats, warmup) if what == "time" else call_peak_mb(step, device)
+
+
+def measure_in_fresh_process(what: str, kind: str, repeats: int = 3, warmup: int = 1, threads: int | None = None,
+                             **request: Any) -> tuple[Any, int]:
+    """(value, pid): the time (``what`` "time") or peak memory ("memory") of one step (``kind``
+    "attention": :func:`attention_step`, "model": :func:`model_step`) in a fresh interpreter, so
+    that no measurement shares memory, caches or compiled kernels with another."""
+    job = json.dumps({"kind": kind, "measure": what, "repeats": repeats, "warmup": warmup, "threads": threads,
+                      **request})
+    # Compile jobs compile from scratch: Inductor's on-disk caches would hand later processes the
+    # kernels of earlier ones.
+    env = {**os.environ, "TORCHINDUCTOR_FORCE_DISABLE_CACHES": "1"} if kind == "compile" else None
+    done = subprocess.run([sys.executable, "-m", "hf_efficient_attn.tools.benchmark", job],
+                          capture_output=True, text=True, check=False, env=env)
+    if done.returncode != 0:
+        raise RuntimeError(f"{kind} benchmark ({what}) of {request['method']} at n={request['seq_len']} failed:\n"
+                           f"{done.stderr[-2000:]}")
+    answer = json.loads(done.stdout.strip().splitlines()[-1])
+    return answer["value"], answer["pid"]
+
+
+def mode_of(job: dict[str, Any]) -> str:
+    """The measured call of a job: "train step", "forward+backward" or "forward"."""
+    return "train step" if job["kind"] == "model" else ("forward+backward" if job["backward"] else "forward")
+
+
+def measure_all(jobs: list[dict[str, Any]], rounds: int = 1) -> list[Measurement]:
+    """Every job's time in each of ``rounds`` rounds (a round measures every job once, in turn) and
+    its peak memory once, each in a fresh process; a job whose process fails is skipped."""
+    times: list[list[float]] = [[] for _ in jobs]
+    pids: list[list[int]] = [[] for _ in jobs]
+    peaks: list[float] = [0.0] * len(jobs)
+    failed: set[int] = set()
+    progress = tqdm(total=len(jobs) * rounds, desc="benchmark", unit="run")
+    for round_index in range(rounds):
+        for i, job in enumerate(jobs):
+            if i in failed:
+                progress.update()
+                continue
+            progress.set_postfix_str(f"{job['method']} n={job['seq_len']} round {round_index + 1}/{rounds}")
+            try:
+                seconds, pid = measure_in_fresh_process("time", **job)
+                times[i].append(seconds)
+                pids[i].append(pid)
+                if round_index == 0:
+                    peaks[i], pid = measure_in_fresh_process("memory", **job)
+                    pids[i].append(pid)
+                tqdm.write(f"{job['method']:24s} n={job['seq_len']:6d} round {round_index + 1}: "
+                           f"{seconds * 1000:10.1f} ms {peaks[i]:9.1f} MB")
+            except RuntimeError as error:
+                failed.add(i)
+                tqdm.write(f"skipped: {error}", file=sys.stderr)
+            progress.update()
+    progress.close()
+    return [
+        Measurement(job["method"], job["seq_len"], mode_of(job), statistics.median(times[i]), peaks[i], pids[i], times[i])
+        for i, job in enumerate(jobs) if i not in failed
+    ]
+
+
+def measure_timings(jobs: list[dict[str, Any]], rounds: int = 1) -> list[list[dict[str, float]]]:
+    """The timings (a dict of seconds: :func:`compile_timings`, :func:`onnx_timings`) of every job in
+    each of ``rounds`` rounds, a fresh process per job and round; per job, the list of its rounds."""
+    results: list[list[dict[str, float]]] = [[] for _ in jobs]
+    progress = tqdm(total=len(jobs) * rounds, desc=f"{jobs[0]['kind']} benchmark", unit="run")
+    for round_index in range(rounds):
+        for i, job in enumerate(jobs):
+            progress.set_postfix_str(f"{job['method']} n={job['seq_len']} round {round_index + 1}/{rounds}")
+            timings, _ = measure_in_fresh_process("time", **job)
+            results[i].append(timings)
+            tqdm.write(f"{job['method']:24s} n={job['seq_len']:6d} round {round_index + 1}: "
+                       + ", ".join(f"{key[:-2]} {value:.3f} s" for key, value in timings.items()))
+            progress.update()
+    progress.close()
+    return results
+
+

@@ -1,0 +1,166 @@
+"""The tables (markdown, csv, json) and plots of the measurements."""
+
+from __future__ import annotations
+
+import csv
+import json
+import statistics
+import sys
+import textwrap
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from .processes import Measurement, time_ratio
+from .steps import ATTENTION_REFERENCE, MODEL_FLOOR, MODEL_REFERENCE
+
+
+def _median(rounds: list[dict[str, float]], key: str) -> float:
+    return statistics.median(r[key] for r in rounds)
+
+
+def _median_ratio(rounds: list[dict[str, float]], key: str, other: list[dict[str, float]], other_key: str) -> float:
+    """Median over the rounds of ``key`` / ``other_key`` (ratios per round: drift cancels)."""
+    return statistics.median(r[key] / o[other_key] for r, o in zip(rounds, other))
+
+
+def compile_table(jobs: list[dict[str, Any]], results: list[list[dict[str, float]]]) -> list[dict[str, Any]]:
+    """One row per job: eager, first compiled and compiled times, the compiled speed-up and the first
+    compiled call over the SDPA model's (the price of compiling the method)."""
+    reference = {job["seq_len"]: r for job, r in zip(jobs, results) if job["method"] == MODEL_REFERENCE}
+    rows = []
+    for job, rounds in zip(jobs, results):
+        row: dict[str, Any] = {
+            "method": job["method"], "n": job["seq_len"], "call": "train step" if job["train"] else "forward",
+            "eager_ms": round(_median(rounds, "eager_s") * 1000, 1),
+            "first_compiled_call_s": round(_median(rounds, "first_compiled_call_s"), 1),
+            "compiled_ms": round(_median(rounds, "compiled_s") * 1000, 1),
+            "compiled_speedup": round(_median_ratio(rounds, "eager_s", rounds, "compiled_s"), 2),
+        }
+        if job["seq_len"] in reference:
+            ratio = _median_ratio(rounds, "first_compiled_call_s", reference[job["seq_len"]], "first_compiled_call_s")
+            row["first_call_vs_sdpa"] = round(ratio, 2)
+        rows.append(row)
+    return rows
+
+
+def onnx_table(jobs: list[dict[str, Any]], results: list[list[dict[str, float]]]) -> list[dict[str, Any]]:
+    """One row per job: eager and ONNX Runtime times, and ONNX Runtime's speed-up over the SDPA
+    model served the same way (>1 = faster)."""
+    reference = {job["seq_len"]: r for job, r in zip(jobs, results) if job["method"] == MODEL_REFERENCE}
+    rows = []
+    for job, rounds in zip(jobs, results):
+        row: dict[str, Any] = {
+            "method": job["method"], "n": job["seq_len"],
+            "eager_ms": round(_median(rounds, "eager_s") * 1000, 1),
+            "onnxruntime_ms": round(_median(rounds, "onnxruntime_s") * 1000, 1),
+        }
+        if job["seq_len"] in reference:
+            ratio = _median_ratio(reference[job["seq_len"]], "onnxruntime_s", rounds, "onnxruntime_s")
+            row["onnxruntime_speedup_vs_sdpa"] = round(ratio, 2)
+        rows.append(row)
+    return rows
+
+
+# ----------------------------------------------------------------------------- tables and plots
+
+
+def attention_table(measurements: list[Measurement]) -> list[dict[str, Any]]:
+    """One row per (method, n): times and memory, with ratios to SDPA (>1 = faster / smaller)."""
+    by_key = {(m.method, m.seq_len, m.mode): m for m in measurements}
+    rows = []
+    for method in dict.fromkeys(m.method for m in measurements):
+        for seq_len in sorted({m.seq_len for m in measurements if m.method == method}):
+            row: dict[str, Any] = {"method": method, "n": seq_len}
+            for mode, tag in (("forward", "fwd"), ("forward+backward", "fwdbwd")):
+                mine, ref = by_key.get((method, seq_len, mode)), by_key.get((ATTENTION_REFERENCE, seq_len, mode))
+                if mine is None:
+                    continue
+                row[f"{tag}_ms"] = round(mine.seconds * 1000, 1)
+                row[f"{tag}_peak_mb"] = round(mine.peak_mb, 1)
+                if ref is not None:
+                    row[f"{tag}_speedup"] = round(time_ratio(ref, mine), 2)
+                    row[f"{tag}_mem_ratio"] = round(ref.peak_mb / max(mine.peak_mb, 1e-3), 2)
+            rows.append(row)
+    return rows
+
+
+def model_step_table(measurements: list[Measurement], batch: int = 1) -> list[dict[str, Any]]:
+    """One row per (n, method): step time, tokens/s, speed-up over SDPA (>1 = faster), time over
+    the vmean floor (+10% = 1.1x the floor's time) and peak memory relative to SDPA's (<1 = smaller)."""
+    by_key = {(m.method, m.seq_len): m for m in measurements}
+    rows = []
+    for seq_len in sorted({m.seq_len for m in measurements}):
+        ref, floor = by_key.get((MODEL_REFERENCE, seq_len)), by_key.get((MODEL_FLOOR, seq_len))
+        for method in dict.fromkeys(m.method for m in measurements):
+            mine = by_key.get((method, seq_len))
+            if mine is None:
+                continue
+            row: dict[str, Any] = {"n": seq_len, "method": method, "step_s": round(mine.seconds, 3),
+                                   "tokens_per_s": round(batch * seq_len / mine.seconds)}
+            if ref is not None:
+                row["speedup_vs_sdpa"] = round(time_ratio(ref, mine), 2)
+            if floor is not None:
+                row["time_over_vmean_floor"] = f"{(time_ratio(mine, floor) - 1) * 100:+.0f}%"
+            row["peak_mb"] = round(mine.peak_mb)
+            if ref is not None:
+                row["peak_vs_sdpa"] = round(mine.peak_mb / max(ref.peak_mb, 1e-3), 2)
+            rows.append(row)
+    return rows
+
+
+def markdown(rows: list[dict[str, Any]]) -> str:
+    columns = list(dict.fromkeys(k for row in rows for k in row))
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(str(row.get(c, "")) for c in columns) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def plot(measurements: list[Measurement], path: Path, title: str) -> None:
+    """Time (or tokens/s, for training steps) and peak memory versus n, one line per method and mode."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print(f"no plot written: matplotlib is not installed (pip install matplotlib) -> {path}", file=sys.stderr)
+        return
+    fig, (speed_ax, memory_ax) = plt.subplots(1, 2, figsize=(12, 4.5))
+    for method, mode in dict.fromkeys((m.method, m.mode) for m in measurements):
+        points = sorted((m.seq_len, m) for m in measurements if (m.method, m.mode) == (method, mode))
+        ns = [n for n, _ in points]
+        label = method if mode == "train step" else f"{method} ({mode})"
+        if mode == "train step":
+            speed_ax.plot(ns, [n / m.seconds for n, m in points], marker="o", label=label)
+        else:
+            speed_ax.plot(ns, [m.seconds * 1000 for _, m in points], marker="o", label=label)
+        memory_ax.plot(ns, [m.peak_mb for _, m in points], marker="o", label=label)
+    training = any(m.mode == "train step" for m in measurements)
+    speed_ax.set_ylabel("tokens / s" if training else "ms per call")
+    memory_ax.set_ylabel("peak memory (MB)")
+    seq_lens = sorted({m.seq_len for m in measurements})
+    for ax in (speed_ax, memory_ax):
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xticks(seq_lens, [str(n) for n in seq_lens])
+        ax.set_xlabel("sequence length n")
+        ax.grid(True, which="both", alpha=0.3)
+    memory_ax.legend(fontsize=7)
+    fig.suptitle(textwrap.fill(title, 110), fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def write_outputs(rows: list[dict[str, Any]], measurements: list[Measurement], out: Path, stem: str, title: str) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / f"{stem}.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(dict.fromkeys(k for row in rows for k in row)))
+        writer.writeheader()
+        writer.writerows(rows)
+    (out / f"{stem}.md").write_text(f"{title}\n\n{markdown(rows)}\n")
+    (out / f"{stem}.json").write_text(json.dumps([asdict(m) for m in measurements], indent=1))
+    plot(measurements, out / f"{stem}.png", title)
+
+

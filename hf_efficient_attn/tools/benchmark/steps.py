@@ -1,0 +1,163 @@
+"""What is measured: one attention call, one training step of a roberta-base-width MLM encoder,
+its compiled form and its ONNX Runtime form."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+import torch
+
+from ...methods.base import AttentionShape
+from ...registry import build_method
+from .timing import median_seconds, synchronize
+
+ATTENTION_REFERENCE = "softmax"  # exact attention through SDPA, behind the method contract
+MODEL_REFERENCE = "sdpa"  # Transformers' own SDPA attention
+MODEL_FLOOR = "vmean"
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+#: The encoder of ``--model``: roberta-base's width.
+ROBERTA_BASE_WIDTH = dict(hidden_size=768, num_attention_heads=12, intermediate_size=3072)
+
+
+def attention_step(method: str, seq_len: int, backward: bool, *, options: dict[str, Any] | None = None,
+                   batch: int = 1, heads: int = 12, head_dim: int = 64, device: str = "cpu",
+                   dtype: str = "fp32") -> Callable[[], None]:
+    """One attention call of ``method`` (with ``options``) on random q, k, v (B, H, N, D), with
+    backward (of a fixed random output gradient) if asked."""
+    dev, torch_dtype = torch.device(device), DTYPES[dtype]
+    module = build_method(method, options, AttentionShape(heads, head_dim, max(seq_len, 4096))).to(dev, torch_dtype)
+    module.train(backward)
+    q, k, v = (torch.randn(batch, heads, seq_len, head_dim, device=dev, dtype=torch_dtype) for _ in range(3))
+    for t in (q, k, v):
+        t.requires_grad_(backward)
+    grad_out = torch.randn_like(q)
+
+    def step() -> None:
+        with torch.set_grad_enabled(backward):
+            out = module(q, k, v, None, head_dim**-0.5)
+            if backward:
+                out.backward(grad_out)
+
+    return step
+
+
+def build_mlm_model(method: str, seq_len: int, layers: int = 2, vocab_size: int = 1024,
+                    options: dict[str, Any] | None = None) -> torch.nn.Module:
+    """A randomly initialised roberta-base-width ``RobertaForMaskedLM`` for ``seq_len`` tokens with
+    attention ``method`` and its ``options`` (``"sdpa"``: Transformers' own) and attention dropout 0
+    (the approximations apply none)."""
+    import transformers
+
+    from ...integration.patching import patch_model
+
+    config = transformers.RobertaConfig(
+        vocab_size=vocab_size, num_hidden_layers=layers, max_position_embeddings=seq_len + 2,
+        attention_probs_dropout_prob=0.0, **ROBERTA_BASE_WIDTH,
+    )
+    if method == MODEL_REFERENCE:
+        return transformers.AutoModelForMaskedLM.from_config(config, attn_implementation="sdpa")
+    return patch_model(transformers.AutoModelForMaskedLM.from_config(config), method, options)
+
+
+def mlm_training_step(model: torch.nn.Module, batch: int, seq_len: int, dtype: str = "fp32") -> Callable[[], None]:
+    """A closure doing one MLM training step of ``model`` (forward, backward, AdamW step, zero_grad)
+    on fixed random tokens, 15% of them masked; bf16/fp16 through autocast, as Trainer's ``--bf16``."""
+    device = next(model.parameters()).device
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
+    input_ids = torch.randint(3, model.config.vocab_size, (batch, seq_len), device=device)
+    labels = torch.where(torch.rand(batch, seq_len, device=device) < 0.15, input_ids, -100)
+    amp_dtype = DTYPES[dtype]
+
+    def step() -> None:
+        with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype != torch.float32):
+            loss = model(input_ids=input_ids, labels=labels).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    return step
+
+
+def model_step(method: str, seq_len: int, *, options: dict[str, Any] | None = None, layers: int = 2,
+               vocab_size: int = 1024, batch: int = 1, device: str = "cpu", dtype: str = "fp32") -> Callable[[], None]:
+    """:func:`mlm_training_step` of :func:`build_mlm_model`."""
+    torch.manual_seed(0)
+    model = build_mlm_model(method, seq_len, layers, vocab_size, options).to(device).train()
+    return mlm_training_step(model, batch, seq_len, dtype)
+
+
+def padded_batch(vocab_size: int, batch: int, seq_len: int, device: str) -> dict[str, torch.Tensor]:
+    """Random tokens with an attention mask whose last row (of two or more) is a quarter padding."""
+    input_ids = torch.randint(3, vocab_size, (batch, seq_len), device=device)
+    attention_mask = torch.ones_like(input_ids)
+    if batch > 1:
+        attention_mask[-1, seq_len - seq_len // 4:] = 0
+    labels = torch.where(torch.rand(batch, seq_len, device=device) < 0.15, input_ids, -100).masked_fill(
+        attention_mask == 0, -100)
+    return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
+
+
+def compile_timings(method: str, seq_len: int, *, options: dict[str, Any] | None = None, train: bool = False,
+                    layers: int = 2, vocab_size: int = 1024, batch: int = 2, device: str = "cpu", dtype: str = "fp32",
+                    repeats: int = 3, warmup: int = 1) -> dict[str, float]:
+    """Seconds of one call of the model eager (median of ``repeats`` after ``warmup``), of the first
+    call of ``torch.compile(model)`` (compilation included) and of a steady-state compiled call
+    (median); the call is an inference forward, or with ``train`` a training step (forward,
+    backward, AdamW step) on :func:`padded_batch`."""
+    torch.manual_seed(0)
+    model = build_mlm_model(method, seq_len, layers, vocab_size, options).to(device).train(train)
+    inputs = padded_batch(vocab_size, batch, seq_len, device)
+    amp_dtype, dev = DTYPES[dtype], torch.device(device)
+
+    def make_step(module: torch.nn.Module) -> Callable[[], None]:
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5) if train else None
+
+        def step() -> None:
+            with torch.set_grad_enabled(train), torch.autocast(dev.type, dtype=amp_dtype,
+                                                                enabled=amp_dtype != torch.float32):
+                loss = module(**inputs).loss
+            if optimizer is not None:
+                loss.backward()
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+
+        return step
+
+    eager = median_seconds(make_step(model), dev, repeats, warmup)
+    compiled_step = make_step(torch.compile(model))
+    synchronize(dev)
+    start = time.perf_counter()
+    compiled_step()
+    synchronize(dev)
+    first_call = time.perf_counter() - start
+    return {"eager_s": eager, "first_compiled_call_s": first_call,
+            "compiled_s": median_seconds(compiled_step, dev, repeats, warmup)}
+
+
+def onnx_timings(method: str, seq_len: int, *, options: dict[str, Any] | None = None, layers: int = 2,
+                 vocab_size: int = 1024, batch: int = 1, device: str = "cpu", dtype: str = "fp32", repeats: int = 3,
+                 warmup: int = 1) -> dict[str, float]:
+    """Seconds of one inference forward of the model in eager PyTorch and in ONNX Runtime (its
+    export by :func:`serving.onnx.export_onnx`), medians of ``repeats`` calls after ``warmup``."""
+    import tempfile
+
+    import onnxruntime
+
+    from ...serving.onnx import export_onnx
+
+    torch.manual_seed(0)
+    model = build_mlm_model(method, seq_len, layers, vocab_size, options).eval()
+    input_ids = torch.randint(3, vocab_size, (batch, seq_len))
+    inputs = {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids)}
+    with torch.no_grad():
+        eager = median_seconds(lambda: model(**inputs), torch.device("cpu"), repeats, warmup)
+    with tempfile.TemporaryDirectory() as folder:
+        export_onnx(model, f"{folder}/model.onnx", min(seq_len, 128))
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = torch.get_num_threads()
+        session = onnxruntime.InferenceSession(f"{folder}/model.onnx", options, providers=["CPUExecutionProvider"])
+        feed = {name: tensor.numpy() for name, tensor in inputs.items()}
+        served = median_seconds(lambda: session.run(None, feed), torch.device("cpu"), repeats, warmup)
+    return {"eager_s": eager, "onnxruntime_s": served}
+
