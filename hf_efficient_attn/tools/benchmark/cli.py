@@ -43,7 +43,6 @@ the allocator keeps).
 
 from __future__ import annotations
 
-import csv
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,7 +59,7 @@ from ...tasks.common.args import (
     parse_method_names,
 )
 from .processes import measure_all, measure_timings
-from .report import attention_table, compile_table, markdown, model_step_table, onnx_table, write_outputs
+from .report import attention_table, compile_table, markdown, model_step_table, onnx_table, write_outputs, write_table
 from .steps import ATTENTION_REFERENCE, DTYPES, MODEL_FLOOR, MODEL_REFERENCE
 
 DEFAULT_MODEL_METHODS = ["mra2", "mra2_s"]
@@ -97,12 +96,7 @@ def run(args: BenchmarkArguments) -> list[dict[str, Any]]:
             title = (f"ONNX Runtime (CPU provider, {torch.get_num_threads() if args.threads is None else args.threads} "
                      f"threads) against eager PyTorch: inference forward of a roberta-base-width encoder, "
                      f"{args.layers} layer(s), batch {args.batch}; {_setting(args)}")
-        out.mkdir(parents=True, exist_ok=True)
-        with open(out / f"{kind}.csv", "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-            writer.writeheader()
-            writer.writerows(rows)
-        (out / f"{kind}.md").write_text(f"{title}\n\n{markdown(rows)}\n")
+        write_table(rows, out, kind, title)
         (out / f"{kind}.json").write_text(json.dumps({"title": title, "rows": rows, "rounds": results}, indent=1))
     elif args.model:
         jobs = [job(m, kind="model", seq_len=n, layers=args.layers, vocab_size=args.vocab_size,

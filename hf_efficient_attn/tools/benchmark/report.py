@@ -153,13 +153,19 @@ def plot(measurements: list[Measurement], path: Path, title: str) -> None:
     plt.close(fig)
 
 
-def write_outputs(rows: list[dict[str, Any]], measurements: list[Measurement], out: Path, stem: str, title: str) -> None:
+def write_table(rows: list[dict[str, Any]], out: Path, stem: str, title: str) -> None:
+    """``stem.csv`` and ``stem.md`` (under ``title``) in ``out``; a column for every key of any row."""
     out.mkdir(parents=True, exist_ok=True)
     with open(out / f"{stem}.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(dict.fromkeys(k for row in rows for k in row)))
         writer.writeheader()
         writer.writerows(rows)
     (out / f"{stem}.md").write_text(f"{title}\n\n{markdown(rows)}\n")
+
+
+def write_outputs(rows: list[dict[str, Any]], measurements: list[Measurement], out: Path, stem: str, title: str) -> None:
+    """The table (:func:`write_table`), the measurements (``stem.json``) and their plot (``stem.png``)."""
+    write_table(rows, out, stem, title)
     (out / f"{stem}.json").write_text(json.dumps([asdict(m) for m in measurements], indent=1))
     plot(measurements, out / f"{stem}.png", title)
 
