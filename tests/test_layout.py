@@ -3,6 +3,7 @@ or the tools; a task module imports only ``tasks/common`` and the library, never
 ``hub/`` and ``serving/`` use the library and ``tasks/common`` only."""
 
 import ast
+import importlib.util
 from pathlib import Path
 
 import pytest
@@ -28,12 +29,12 @@ def imported_modules(path: Path) -> set[str]:
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found = set()
     for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.level:
-            base = package.split(".")[: len(package.split(".")) - node.level + 1]
-            target = ".".join(base + ([node.module] if node.module else []))
-            found |= {target} if node.module else {submodule_or_package(target, alias.name) for alias in node.names}
-        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("hf_efficient_attn"):
-            found.add(node.module)
+        if isinstance(node, ast.ImportFrom):
+            target = node.module or ""
+            if node.level:
+                target = importlib.util.resolve_name("." * node.level + target, package)
+            if target.split(".")[0] == "hf_efficient_attn":
+                found |= {submodule_or_package(target, alias.name) for alias in node.names}
         elif isinstance(node, ast.Import):
             found |= {alias.name for alias in node.names if alias.name.startswith("hf_efficient_attn")}
     return found
