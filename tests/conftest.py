@@ -8,9 +8,54 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 
+def pytest_addoption(parser):
+    parser.addoption(
+        "--device", default="cpu", choices=["cpu", "cuda"],
+        help="Device of the tests marked `device` (torch's default device while they run). With cuda, only "
+             "those tests run: every method against its reference, dtypes, padding, gradients, mra2 backends.",
+    )
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "device: runs on the --device given (tensors created there by default)")
+
+
+def pytest_collection_modifyitems(config, items):
+    """With ``--device cuda``, deselect the tests that are not device-parametrisable."""
+    if config.getoption("--device") == "cpu":
+        return
+    deselected = [item for item in items if item.get_closest_marker("device") is None]
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = [item for item in items if item.get_closest_marker("device") is not None]
+
+
+@pytest.fixture
+def device(request) -> torch.device:
+    """The ``--device`` of this run."""
+    return torch.device(request.config.getoption("--device"))
+
+
+@pytest.fixture
+def repeat_tolerance(device) -> dict:
+    """``assert_close`` tolerances between two runs of one computation: bitwise on the CPU; on CUDA
+    the rounding of float atomics (``index_add_`` and scatter-adds sum in any order)."""
+    return dict(atol=0, rtol=0) if device.type == "cpu" else dict(atol=1e-6, rtol=1e-5)
+
+
 @pytest.fixture(autouse=True)
-def _seed():
+def _seed_and_device(request):
+    """Seed every test; run the tests marked ``device`` with ``--device`` as torch's default device."""
     torch.manual_seed(0)
+    name = request.config.getoption("--device")
+    if name == "cpu" or request.node.get_closest_marker("device") is None:
+        yield
+        return
+    if name == "cuda" and not torch.cuda.is_available():
+        pytest.fail("--device cuda: no CUDA device is available")
+    torch.cuda.manual_seed_all(0)
+    with torch.device(name):
+        yield
 
 
 @pytest.fixture

@@ -208,17 +208,19 @@ def test_extending_after_patching_linformer_is_refused():
     assert hidden(extended, ids, torch.ones_like(ids)).shape == (1, 300, 32)
 
 
+@pytest.mark.device
 @pytest.mark.parametrize("model_type", ARCHITECTURES)
 @pytest.mark.parametrize("method", hea.list_methods())
-def test_every_method_on_every_architecture(model_type, method):
+def test_every_method_on_every_architecture(model_type, method, device):
     """Each method runs inside each architecture on a padded batch; where the method is padding
     invariant, the padded row's real tokens equal a run of that row alone, unpadded."""
     from hf_efficient_attn.registry import get_method_class
 
     options = {"k": 16} if method == "linformer" else {}
-    model = hea.AutoModel.from_config(tiny_config(model_type), attn_impl=method, attn_config=options).eval()
+    model = hea.AutoModel.from_config(tiny_config(model_type), attn_impl=method, attn_config=options)
+    model = model.to(device).eval()
     assert model.config.attn_impl == method
-    ids, mask = batch()
+    ids, mask = (t.to(device) for t in batch())
     out = hidden(model, ids, mask)
     assert torch.isfinite(out).all()
     if get_method_class(method).padding_invariant:

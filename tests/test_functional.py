@@ -7,6 +7,9 @@ import torch
 import hf_efficient_attn as hea
 from hf_efficient_attn.methods.softmax import softmax_reference
 
+#: Every test here also runs on CUDA: pytest --device cuda (tests/conftest.py).
+pytestmark = pytest.mark.device
+
 B, H, N, D, REAL = 2, 3, 40, 16, 27
 
 

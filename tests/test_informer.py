@@ -11,6 +11,9 @@ from hf_efficient_attn.methods.base import AttentionShape, random_bits
 from hf_efficient_attn.methods.softmax import softmax_reference
 from hf_efficient_attn.registry import build_method
 
+#: Every test here also runs on CUDA: pytest --device cuda (tests/conftest.py).
+pytestmark = pytest.mark.device
+
 HEADS, DIM = 2, 16
 
 
@@ -67,7 +70,7 @@ def test_measurement_matches_loop_over_sampled_keys(monkeypatch):
     seq, lengths, factor = 30, [30, 12], 2
     q, k, _ = qkv(seq=seq)
     mask = lengths_mask(lengths, seq)
-    bits = random_bits((seq, informer.informer_count_of(seq, factor)), torch.Generator().manual_seed(0))
+    bits = random_bits((seq, informer.informer_count_of(seq, factor)), torch.Generator(torch.get_default_device()).manual_seed(0))
     measured = informer.sparsity_measurement(q, k, mask, DIM**-0.5, factor, bits)
     (positions,) = recorded  # (B, N, U_max)
     for b, m in enumerate(lengths):

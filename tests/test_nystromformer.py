@@ -9,6 +9,9 @@ from hf_efficient_attn.methods.nystromformer import iterative_pinv
 from hf_efficient_attn.methods.softmax import softmax_reference
 from hf_efficient_attn.registry import build_method
 
+#: Every test here also runs on CUDA: pytest --device cuda (tests/conftest.py).
+pytestmark = pytest.mark.device
+
 HEADS, DIM = 2, 8
 
 

@@ -10,6 +10,9 @@ from hf_efficient_attn.methods.performer import orthogonal_gaussian_features
 from hf_efficient_attn.methods.softmax import softmax_reference
 from hf_efficient_attn.registry import build_method
 
+#: Every test here also runs on CUDA: pytest --device cuda (tests/conftest.py).
+pytestmark = pytest.mark.device
+
 HEADS, DIM, SEQ = 2, 16, 48
 
 
@@ -53,7 +56,7 @@ def test_positive_features_estimate_the_softmax_kernel_without_bias():
     orthogonal rows with chi norms must keep that Gaussian marginal (Lemma 1)."""
     torch.manual_seed(1)
     x, y = torch.randn(2, 8, dtype=torch.float64) * 0.4
-    gen = torch.Generator().manual_seed(0)
+    gen = torch.Generator(torch.get_default_device()).manual_seed(0)
     w = torch.cat([orthogonal_gaussian_features(4096, 8, gen).double() for _ in range(25)])
     samples = torch.exp(w @ x - x.square().sum() / 2) * torch.exp(w @ y - y.square().sum() / 2)
     exact = torch.exp(x @ y)
@@ -66,7 +69,7 @@ def test_positive_features_estimate_the_softmax_kernel_without_bias():
 
 @pytest.mark.parametrize("num_features, dim", [(16, 8), (20, 8), (5, 8), (256, 64)])
 def test_features_are_orthogonal_within_blocks(num_features, dim):
-    w = orthogonal_gaussian_features(num_features, dim, torch.Generator().manual_seed(3)).double()
+    w = orthogonal_gaussian_features(num_features, dim, torch.Generator(torch.get_default_device()).manual_seed(3)).double()
     assert w.shape == (num_features, dim)
     for start in range(0, num_features, dim):
         block = w[start : start + dim]

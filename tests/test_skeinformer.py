@@ -12,6 +12,9 @@ from hf_efficient_attn.methods.base import AttentionShape, random_bits
 from hf_efficient_attn.methods.softmax import softmax_reference
 from hf_efficient_attn.registry import build_method
 
+#: Every test here also runs on CUDA: pytest --device cuda (tests/conftest.py).
+pytestmark = pytest.mark.device
+
 HEADS, DIM = 2, 16
 ABLATIONS = [
     dict(column_sampling=c, row_normalization=r, pilot_reuse=p)
@@ -102,7 +105,7 @@ def test_sampler_draws_successively_proportional_to_probs():
     probs = torch.tensor([0.5, 0.3, 0.15, 0.05, 0.0, 0.0], dtype=torch.float64)
     real = torch.tensor([[True, True, True, True, True, False]])
     trials = 40000
-    gen = torch.Generator().manual_seed(0)
+    gen = torch.Generator(torch.get_default_device()).manual_seed(0)
     drawn = skein.sample_without_replacement(probs.expand(1, trials, -1), real, 2, random_bits((1, trials, 6), gen))
     assert (drawn[..., 0] != drawn[..., 1]).all() and (drawn != 5).all()
     frequency = torch.bincount(drawn.flatten(), minlength=6).double() / trials

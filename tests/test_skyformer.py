@@ -8,6 +8,9 @@ from hf_efficient_attn.methods.base import AttentionShape, random_bits
 from hf_efficient_attn.methods.skyformer import kernelized_attention, sample_landmarks, skyformer_attention
 from hf_efficient_attn.registry import build_method
 
+#: Every test here also runs on CUDA: pytest --device cuda (tests/conftest.py).
+pytestmark = pytest.mark.device
+
 HEADS, DIM = 2, 16
 P_QUARTER = DIM**-0.25  # the data scale p^(-1/4) of eq. (3)
 
@@ -90,7 +93,7 @@ def test_skyformer_is_kernelized_when_landmarks_cover_every_token():
 def test_skyformer_matches_dense_nystrom_formula_for_sampled_landmarks(accumulation):
     q, k, v = qkv()
     mask = padding_mask()
-    bits = random_bits((accumulation * 12,), torch.Generator().manual_seed(3))
+    bits = random_bits((accumulation * 12,), torch.Generator(torch.get_default_device()).manual_seed(3))
     landmarks = sample_landmarks(mask, (2, 32), bits, accumulation)
     out = skyformer_attention(q, k, v, mask, landmarks, P_QUARTER, gamma=0.1, pinv_iterations=40)
     torch.testing.assert_close(out, nystrom_reference(q, k, v, mask, landmarks, 0.1), atol=1e-8, rtol=1e-7)
@@ -115,7 +118,7 @@ def test_landmarks_are_real_tokens_half_queries_half_keys_and_uniform():
     mask[0, :20] = True  # right padding
     mask[1, 30:] = True  # left padding
     mask[2, ::5] = True  # scattered real tokens
-    rows = sample_landmarks(mask, (3, 50), random_bits((4000,), torch.Generator().manual_seed(0)), 1)
+    rows = sample_landmarks(mask, (3, 50), random_bits((4000,), torch.Generator(torch.get_default_device()).manual_seed(0)), 1)
     rows = rows[:, 0]
     assert (rows[:, :2000] < 50).all() and (rows[:, 2000:] >= 50).all()
     for b in range(3):
