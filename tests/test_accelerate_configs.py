@@ -36,7 +36,7 @@ def test_config_files_parse(name, kind, processes, cpu):
     assert config.mixed_precision == "no"  # precision comes from the script's --bf16 / --fp16
 
 
-def test_fsdp_config_wraps_encoder_layers_of_a_patched_model():
+def test_fsdp_config_wraps_the_encoder_layers_only_of_a_patched_model():
     args = launch_command_parser().parse_args(["--config_file", os.path.join(CONFIGS, "fsdp.yaml"), "train.py"])
     args, *_ = _validate_launch_command(args)
     environment = prepare_multi_gpu_env(args)
@@ -50,5 +50,5 @@ def test_fsdp_config_wraps_encoder_layers_of_a_patched_model():
         for m in model.modules()
         if plugin.auto_wrap_policy(module=m, recurse=False, nonwrapped_numel=0)
     }
-    assert "RobertaLayer" in wrapped
+    assert wrapped == {"RobertaLayer"}  # not RobertaEmbeddings too: Accelerate 1.15 would shard it twice
     assert "FULL_STATE_DICT" in str(plugin.state_dict_type)  # the saved model reloads without accelerate

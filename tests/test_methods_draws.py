@@ -47,6 +47,18 @@ def test_eval_draws_are_non_persistent_buffers_restored_by_reset_parameters(name
     assert all(torch.equal(buffer, fresh[key]) for key, buffer in method.named_buffers())
 
 
+@pytest.mark.parametrize("name", SAMPLING)
+def test_eval_draws_follow_the_device_a_method_is_built_on_except_meta(name):
+    """Built under a device context (``with torch.device(...)``) the draws sit on that device beside
+    the parameters; under "meta" (where from_pretrained builds) they stay real CPU values, which a
+    meta tensor could never hold."""
+    with torch.device("meta"):
+        method = make(name, **SAMPLED_OPTIONS.get(name, {}))
+    cpu = make(name, **SAMPLED_OPTIONS.get(name, {}))
+    for key, buffer in cpu.named_buffers():
+        assert torch.equal(dict(method.named_buffers())[key], buffer)
+
+
 @pytest.mark.parametrize("name", ["skyformer", "skeinformer", "informer"])
 def test_position_draws_are_integers_that_a_half_precision_model_keeps(name):
     """Uniforms rounded to bf16 would keep 8 bits: far fewer distinct positions than tokens."""

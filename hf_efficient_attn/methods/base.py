@@ -193,12 +193,17 @@ class AttentionMethod(nn.Module):
     def _draw_seeded_buffers(self) -> None:
         """Register (or redraw, keeping device and dtype) the buffers of :meth:`seeded_draws`."""
         seed = int(getattr(self.options, "seed", 0)) + 1000 * self.shape.layer_idx
-        with torch.device("cpu"):  # on the CPU whatever device context the model is built in
+        # Drawn on the CPU (the same values on every device), then placed on the device the module is
+        # built on (`with torch.device("cuda")`); never on "meta", where from_pretrained builds models
+        # and where non-persistent buffers would never receive values.
+        target = torch.get_default_device()
+        target = torch.device("cpu") if target.type == "meta" else target
+        with torch.device("cpu"):
             draws = self.seeded_draws(torch.Generator().manual_seed(seed))
         for name, draw in draws.items():
             current = getattr(self, name, None)
             if not isinstance(current, torch.Tensor):
-                self.register_buffer(name, draw, persistent=False)
+                self.register_buffer(name, draw.to(target), persistent=False)
             elif current.shape == draw.shape:
                 with torch.no_grad():
                     current.copy_(draw)

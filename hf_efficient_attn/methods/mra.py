@@ -73,8 +73,9 @@ Two backends compute the same thing:
 - ``auto`` (default): ``gather``, for training and inference, on every device: measured faster
   than ``flex`` on CPU for ``mra2``'s inference forward (on par for ``mra2_s``; the virtual key's
   ``score_mod`` runs on every score), with less memory, no compilation per shape and no padding
-  to a multiple of ``FLEX_LENGTH_MULTIPLE``. CUDA flex (Triton) could not be tested here: ask for
-  it with ``backend="flex"``.
+  to a multiple of ``FLEX_LENGTH_MULTIPLE``. On CUDA ``flex`` is the faster one (``gather`` launches
+  a few kernels per group of query blocks; docs/benchmarks.md), but compiles per length: ask for it
+  with ``backend="flex"``.
 
 Compilation and export. The selection has static shapes (a top-k whose k is the largest budget
 of the padded shape; per-sequence budgets stay tensors), and ``gather``'s data-dependent kernel is
@@ -84,7 +85,7 @@ and to at least two blocks (:func:`padded_blocks`), so that one graph serves eve
 (dynamic shapes). ``torch.export`` and ONNX export (inference) run
 :func:`.block_sparse.static_block_sparse_attention` instead of the custom operator, for both
 backends. Under ``torch.compile`` on CUDA, ``flex`` calls ``flex_attention`` in the outer graph
-(untested here); on CPU, Inductor cannot compile it there (torch 2.13), so it runs outside the
+(checked with the eager backend); on CPU, Inductor cannot compile it there (torch 2.13), so it runs outside the
 graph with its own compiled kernel (graph breaks around it; ``gather`` has none).
 """
 
@@ -296,14 +297,24 @@ def low_resolution_attention(stats: BlockStats, selected: torch.Tensor, scaling:
 
 # ----------------------------------------------------------------------------- flex backend
 
-_compiled_flex: Callable | None = None
+_compiled_flex: dict[bool, Callable] = {}
 
 
-def _flex() -> Callable:
-    global _compiled_flex
-    if _compiled_flex is None:
-        _compiled_flex = torch.compile(flex_attention, dynamic=False)
-    return _compiled_flex
+def _flex(autotune: bool) -> Callable:
+    """flex_attention compiled for static shapes; with ``autotune``, under Inductor's max-autotune, the
+    only setting whose backward tile list holds tiles narrower than 64 (see :func:`_needs_autotune`)."""
+    if autotune not in _compiled_flex:
+        _compiled_flex[autotune] = torch.compile(flex_attention, dynamic=False,
+                                                 options={"max_autotune": True} if autotune else None)
+    return _compiled_flex[autotune]
+
+
+def _needs_autotune(q: torch.Tensor, block_size: int, needs_grad: bool) -> bool:
+    """Whether a CUDA backward of flex at ``block_size`` needs max-autotune: Inductor keeps only the
+    backward tiles that divide the sparse block size, and its default tile for fp16/bf16 on recent GPUs
+    is 64 x 128 (fp32: 16), so blocks of 32 find none by default (torch 2.11-2.13
+    ``get_flex_attn_bwd_configs``)."""
+    return needs_grad and q.device.type == "cuda" and q.dtype != torch.float32 and block_size < 128
 
 
 def _block_list(sel: torch.Tensor):
@@ -345,19 +356,20 @@ def flex_mra_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, real: 
     def mask_mod(b, h, q_idx, kv_idx):
         return key_ok[b, kv_idx]
 
-    block_mask = BlockMask.from_kv_blocks(
+    needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+    block_mask = BlockMask.from_kv_blocks(  # the backward walks the mask by key block: q blocks too
         *_block_list(partial), *_block_list(dense), BLOCK_SIZE=block_size, mask_mod=mask_mod,
-        seq_lengths=(length, k.shape[2]), compute_q_blocks=False,
+        seq_lengths=(length, k.shape[2]), compute_q_blocks=needs_grad,
     )
     # Triton's default tiles (64-128) must divide the sparse block size; ask for block-sized ones
-    # (untested here: Triton tiles are powers of two >= 16, so other block sizes may not compile).
+    # (Triton tiles are powers of two >= 16: _MraBase._use_flex refuses other block sizes on CUDA).
     options = {"BLOCK_M": block_size, "BLOCK_N": block_size} if q.device.type == "cuda" else None
     arguments = dict(score_mod=score_mod, block_mask=block_mask, scale=scaling, kernel_options=options)
     if torch.compiler.is_compiling():  # inside an outer compiled graph (CUDA only): compiled with it
         return flex_attention(q, k, v, **arguments)
     # Private dynamo config (no public setter for the recompile limit): scoped to this call only.
     with torch._dynamo.config.patch(recompile_limit=FLEX_RECOMPILE_LIMIT):
-        return _flex()(q, k, v, **arguments)
+        return _flex(_needs_autotune(q, block_size, needs_grad))(q, k, v, **arguments)
 
 
 #: :func:`flex_mra_attention` run eagerly, with its own compiled kernel, also from a compiled graph
@@ -380,6 +392,12 @@ class _MraBase(AttentionMethod):
             return False
         if q.dtype not in FLEX_DTYPES:
             raise ValueError(f"{self.name}: backend='flex' supports dtypes {list(FLEX_DTYPES)}, got {q.dtype}")
+        block_size, head_dim = self.options.block_size, q.shape[-1]
+        if q.device.type == "cuda" and (block_size < 16 or block_size & (block_size - 1) or head_dim < 16):
+            raise ValueError(
+                f"{self.name}: backend='flex' on CUDA needs block_size a power of two >= 16 and head_dim >= 16 "
+                f"(Triton's tiles), got block_size {block_size}, head_dim {head_dim}; use backend='gather'"
+            )
         needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
         if needs_grad and q.device.type != "cuda":
             raise ValueError(
