@@ -167,6 +167,16 @@ MUTATIONS: list[Mutation] = [
     Mutation(P + "tasks/common/driver.py", "args.per_device_train_batch_size * args.gradient_accumulation_steps * "
              "args.world_size", "args.per_device_train_batch_size * args.world_size",
              (T + "test_provenance.py::-k global_batch",), "accumulation left out of the recorded batch size"),
+    # ---- methods and the benchmark on CUDA ---------------------------------------------------------------
+    Mutation(P + "methods/base.py", 'target = torch.device("cpu") if target.type == "meta" else target',
+             "target = target", (T + "test_methods_draws.py::-k follow_the_device",),
+             "seeded draws of a method built on the meta device left on meta"),
+    Mutation(P + "tools/benchmark/processes.py", 'return device == "cuda" and kind in ("attention", "model")',
+             'return device == "cuda"', (T + "test_benchmark.py::-k measured_in_this_process",),
+             "CUDA compile jobs share one process (and Inductor's caches)"),
+    Mutation(P + "tools/benchmark/processes.py", "except RuntimeError as error:\n                failed.add(i)\n                results",
+             "except ValueError as error:\n                failed.add(i)\n                results",
+             (T + "test_benchmark.py::-k failed_timing_job",), "one failed compile job ends the whole benchmark"),
 ]
 
 

@@ -133,6 +133,25 @@ def test_the_warm_up_reaches_the_measuring_process(monkeypatch):
     assert warmups == [3]
 
 
+def test_cuda_attention_and_model_steps_are_measured_in_this_process():
+    """A fresh process per CPU measurement (its resident set is the peak) and per compile job (no
+    shared Inductor caches); on CUDA the allocator's peak counter is reset per measurement instead."""
+    assert processes.in_this_process("attention", "cuda") and processes.in_this_process("model", "cuda")
+    assert not processes.in_this_process("compile", "cuda")
+    assert not any(processes.in_this_process(kind, "cpu") for kind in ("attention", "model", "compile", "onnx"))
+
+
+def test_a_failed_timing_job_is_skipped_and_the_others_are_kept(monkeypatch):
+    def measure(what, **job):
+        if job["method"] == "mra2":
+            raise RuntimeError("compile benchmark (time) of mra2 at n=64 failed")
+        return {"eager_s": 1.0}, 0
+
+    monkeypatch.setattr(processes, "measure_job", measure)
+    jobs = [{"method": m, "seq_len": 64, "kind": "compile"} for m in ("sdpa", "mra2", "nystromformer")]
+    assert processes.measure_timings(jobs, rounds=2) == [[{"eager_s": 1.0}] * 2, [], [{"eager_s": 1.0}] * 2]
+
+
 def test_the_attention_step_back_propagates_a_dense_gradient(monkeypatch):
     """A real model hands attention a dense output gradient; ``out.sum()`` would hand it a
     broadcast one (stride 0), which takes other (slower or faster) paths in some methods."""

@@ -66,9 +66,12 @@ DEFAULT_MODEL_METHODS = ["mra2", "mra2_s"]
 
 
 def _setting(args: BenchmarkArguments) -> str:
-    threads = f", {args.threads or torch.get_num_threads()} CPU threads" if args.device == "cpu" else ""
+    if args.device == "cuda":
+        where = f"cuda ({torch.cuda.get_device_name()}, SDPA with its flash kernel where it applies)"
+    else:
+        where = f"cpu, {args.threads or torch.get_num_threads()} CPU threads"
     options = "".join(f"; {name} {json.dumps(config)}" for name, config in args.method_configs.items())
-    return f"{args.device}{threads}, {args.dtype}, torch {torch.__version__}{options}"
+    return f"{where}, {args.dtype}, torch {torch.__version__}{options}"
 
 
 def run(args: BenchmarkArguments) -> list[dict[str, Any]]:
@@ -85,7 +88,8 @@ def run(args: BenchmarkArguments) -> list[dict[str, Any]]:
         extra = {"train": args.train} if args.compile else {}
         jobs = [job(m, kind=kind, seq_len=n, layers=args.layers, vocab_size=args.vocab_size, **extra)
                 for n in args.seq_lens for m in args.measured]
-        results = measure_timings(jobs, args.rounds)
+        measured = [(j, r) for j, r in zip(jobs, measure_timings(jobs, args.rounds)) if r]  # failed jobs skipped
+        jobs, results = [j for j, _ in measured], [r for _, r in measured]
         if args.compile:
             rows = compile_table(jobs, results)
             call = "training step (MLM forward + backward + AdamW)" if args.train else "inference forward"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import statistics
@@ -58,21 +59,43 @@ def measure_request(request: dict[str, Any]) -> float | dict[str, float]:
     return median_seconds(step, device, repeats, warmup) if what == "time" else call_peak_mb(step, device)
 
 
-def measure_in_fresh_process(what: str, kind: str, repeats: int = 3, warmup: int = 1, threads: int | None = None,
-                             **request: Any) -> tuple[Any, int]:
+def in_this_process(kind: str, device: str) -> bool:
+    """Whether a job is measured in this process: attention and model steps on CUDA, whose peak is the
+    caching allocator's own counter, reset for each measurement (a fresh process would pay CUDA's
+    start-up for every one). CPU peaks are the process's resident set, and compile jobs must not share
+    Inductor's caches: those get a fresh process each."""
+    return device == "cuda" and kind in ("attention", "model")
+
+
+def measure_job(what: str, kind: str, repeats: int = 3, warmup: int = 1, threads: int | None = None,
+                **request: Any) -> tuple[Any, int]:
     """(value, pid): the time (``what`` "time") or peak memory ("memory") of one step (``kind``
-    "attention": :func:`attention_step`, "model": :func:`model_step`) in a fresh interpreter, so
-    that no measurement shares memory, caches or compiled kernels with another."""
-    job = json.dumps({"kind": kind, "measure": what, "repeats": repeats, "warmup": warmup, "threads": threads,
-                      **request})
+    "attention": :func:`attention_step`, "model": :func:`model_step`; "compile" and "onnx": their
+    timings), in a fresh interpreter unless :func:`in_this_process`, so that no CPU measurement shares
+    memory, caches or compiled kernels with another. ``RuntimeError`` if the measurement fails."""
+    job = {"kind": kind, "measure": what, "repeats": repeats, "warmup": warmup, "threads": threads, **request}
+    if not in_this_process(kind, request["device"]):
+        return measure_in_fresh_process(job)
+    try:
+        return measure_request(job), os.getpid()
+    except Exception as error:  # noqa: BLE001 - reported and skipped, as a failed fresh process is
+        raise RuntimeError(f"{kind} benchmark ({what}) of {request['method']} at n={request['seq_len']} failed: "
+                           f"{type(error).__name__}: {str(error)[-2000:]}") from error
+    finally:
+        gc.collect()
+        torch.cuda.empty_cache()
+
+
+def measure_in_fresh_process(job: dict[str, Any]) -> tuple[Any, int]:
+    """(value, pid) of :func:`measure_request` of ``job`` in a fresh interpreter."""
     # Compile jobs compile from scratch: Inductor's on-disk caches would hand later processes the
     # kernels of earlier ones.
-    env = {**os.environ, "TORCHINDUCTOR_FORCE_DISABLE_CACHES": "1"} if kind == "compile" else None
-    done = subprocess.run([sys.executable, "-m", "hf_efficient_attn.tools.benchmark", job],
+    env = {**os.environ, "TORCHINDUCTOR_FORCE_DISABLE_CACHES": "1"} if job["kind"] == "compile" else None
+    done = subprocess.run([sys.executable, "-m", "hf_efficient_attn.tools.benchmark", json.dumps(job)],
                           capture_output=True, text=True, check=False, env=env)
     if done.returncode != 0:
-        raise RuntimeError(f"{kind} benchmark ({what}) of {request['method']} at n={request['seq_len']} failed:\n"
-                           f"{done.stderr[-2000:]}")
+        raise RuntimeError(f"{job['kind']} benchmark ({job['measure']}) of {job['method']} at n={job['seq_len']} "
+                           f"failed:\n{done.stderr[-2000:]}")
     answer = json.loads(done.stdout.strip().splitlines()[-1])
     return answer["value"], answer["pid"]
 
@@ -97,11 +120,11 @@ def measure_all(jobs: list[dict[str, Any]], rounds: int = 1) -> list[Measurement
                 continue
             progress.set_postfix_str(f"{job['method']} n={job['seq_len']} round {round_index + 1}/{rounds}")
             try:
-                seconds, pid = measure_in_fresh_process("time", **job)
+                seconds, pid = measure_job("time", **job)
                 times[i].append(seconds)
                 pids[i].append(pid)
                 if round_index == 0:
-                    peaks[i], pid = measure_in_fresh_process("memory", **job)
+                    peaks[i], pid = measure_job("memory", **job)
                     pids[i].append(pid)
                 tqdm.write(f"{job['method']:24s} n={job['seq_len']:6d} round {round_index + 1}: "
                            f"{seconds * 1000:10.1f} ms {peaks[i]:9.1f} MB")
@@ -118,18 +141,24 @@ def measure_all(jobs: list[dict[str, Any]], rounds: int = 1) -> list[Measurement
 
 def measure_timings(jobs: list[dict[str, Any]], rounds: int = 1) -> list[list[dict[str, float]]]:
     """The timings (a dict of seconds: :func:`compile_timings`, :func:`onnx_timings`) of every job in
-    each of ``rounds`` rounds, a fresh process per job and round; per job, the list of its rounds."""
+    each of ``rounds`` rounds, a fresh process per job and round; per job, the list of its rounds
+    (empty for a job whose process failed: it is reported and skipped, as in :func:`measure_all`)."""
     results: list[list[dict[str, float]]] = [[] for _ in jobs]
+    failed: set[int] = set()
     progress = tqdm(total=len(jobs) * rounds, desc=f"{jobs[0]['kind']} benchmark", unit="run")
     for round_index in range(rounds):
         for i, job in enumerate(jobs):
             progress.set_postfix_str(f"{job['method']} n={job['seq_len']} round {round_index + 1}/{rounds}")
-            timings, _ = measure_in_fresh_process("time", **job)
-            results[i].append(timings)
-            tqdm.write(f"{job['method']:24s} n={job['seq_len']:6d} round {round_index + 1}: "
-                       + ", ".join(f"{key[:-2]} {value:.3f} s" for key, value in timings.items()))
+            try:
+                if i not in failed:
+                    timings, _ = measure_job("time", **job)
+                    results[i].append(timings)
+                    tqdm.write(f"{job['method']:24s} n={job['seq_len']:6d} round {round_index + 1}: "
+                               + ", ".join(f"{key[:-2]} {value:.3f} s" for key, value in timings.items()))
+            except RuntimeError as error:
+                failed.add(i)
+                results[i] = []
+                tqdm.write(f"skipped: {error}", file=sys.stderr)
             progress.update()
     progress.close()
     return results
-
-
