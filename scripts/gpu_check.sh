@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# The CUDA checks of ../shared/gpu-checklist.md in one time-boxed run, for a lent GPU machine that
+# cannot download anything (Transformers and datasets travel as wheels; the model is built there).
+#
+#   scripts/gpu_check.sh prepare DIR      # here: wheels, a roberta-base-sized MLM config with the
+#                                         # offline MiniLM tokenizer, offline Wikipedia text
+#   scripts/gpu_check.sh run DIR OUT      # there: each stage under its own time limit, logs and
+#                                         # tables in OUT/results.tgz (refreshed after every stage)
+#
+# Stages: CUDA tests (pytest --device cuda), attention and whole-model benchmarks against flash SDPA
+# (mra2 with both backends), torch.compile, and a Trainer MLM at 4096 tokens with and without FSDP.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+mode=${1:?prepare DIR or run DIR OUT}
+dir=${2:?DIR}
+
+if [[ $mode == prepare ]]; then
+  mkdir -p "$dir/model" "$dir/whl"
+  python -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+    --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 -d "$dir/whl" \
+    "transformers==$(python -c 'import transformers; print(transformers.__version__)')" \
+    "datasets==$(python -c 'import datasets; print(datasets.__version__)')" dill==0.4.1 multiprocess==0.70.19
+  python scripts/prepare_wikipedia.py --output_dir "$dir/wikipedia"
+  python - "$dir/model" <<'EOF'
+import sys
+import transformers
+from hf_efficient_attn.tools.minilm import minilm_path
+
+tokenizer = transformers.AutoTokenizer.from_pretrained(minilm_path())
+tokenizer.model_max_length = 4096
+tokenizer.save_pretrained(sys.argv[1])
+# roberta-base's shape (12 layers, 768 hidden, 12 heads) with the MiniLM WordPiece vocabulary.
+transformers.RobertaConfig(vocab_size=tokenizer.vocab_size, max_position_embeddings=4096 + 2,
+                           pad_token_id=tokenizer.pad_token_id).save_pretrained(sys.argv[1])
+EOF
+  exit 0
+fi
+
+out=${3:?OUT}
+results=/tmp/gpu_results
+mkdir -p "$results"
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$dir"/whl/*.whl
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+
+stages=" ${STAGES:-tests attention attention_flex model mlm model_flex compile} "  # a subset: STAGES="..."
+
+stage() {  # stage NAME SECONDS COMMAND...: run under a time limit, log, pack the results
+  local name=$1 limit=$2; shift 2
+  [[ $stages == *" ${name%%_*} "* || $stages == *" $name "* ]] || return 0
+  local start=$SECONDS
+  echo "=== $name (limit ${limit}s)"
+  timeout "$limit" "$@" >"$results/$name.log" 2>&1
+  local rc=$?
+  echo "=== $name: exit $rc after $((SECONDS - start))s"
+  tail -n 25 "$results/$name.log"
+  find "$results" \( -name "*.safetensors" -o -name "*.bin" \) -delete  # trained weights stay there
+  tar czf "$out/results.tgz" -C "$results" .
+}
+
+{ nvidia-smi; python3 -c "import torch, transformers, triton, accelerate; print(torch.__version__, torch.version.cuda,
+transformers.__version__, triton.__version__, accelerate.__version__, torch.cuda.get_device_name())"; } >"$results/versions.txt" 2>&1
+cat "$results/versions.txt" | tail -n 3
+
+# Only the modules with device tests: the others import packages that machine may lack.
+stage tests 150 python3 -m pytest --device cuda -q -n 8 -p no:cacheprovider -m "not slow" --durations=10 \
+  $(grep -l "pytest.mark.device" tests/test_*.py)
+bench="python3 scripts/benchmark.py --device cuda --dtype bf16"
+stage attention 80 $bench --methods mra2,nystromformer,performer,vmean --seq_lens 1024 4096 8192 16384 32768 \
+  --output_dir "$results/attention"
+stage attention_flex 80 $bench --methods mra2 --attn_config '{"mra2": {"backend": "flex"}}' \
+  --seq_lens 4096 8192 32768 --output_dir "$results/attention_flex"
+stage model 80 $bench --model --methods mra2 --rounds 1 --repeats 3 --seq_lens 4096 8192 16384 32768 \
+  --output_dir "$results/model"
+[[ $stages == *" mlm"* ]] && python3 - "$dir/model" <<'EOF'
+import sys
+import torch
+import transformers
+
+torch.manual_seed(0)
+config = transformers.AutoConfig.from_pretrained(sys.argv[1])
+transformers.AutoModelForMaskedLM.from_config(config).save_pretrained(sys.argv[1])
+EOF
+mlm=(scripts/pretrain_mlm.py --model_name_or_path "$dir/model" --train_file "$dir/wikipedia/train.jsonl"
+     --max_seq_length 4096 --do_train --max_steps 30 --per_device_train_batch_size 1 --bf16 --learning_rate 1e-4
+     --logging_steps 1 --save_strategy no --report_to none --seed 0 --skip_memory_metrics False)
+stage mlm_mra2 75 python3 "${mlm[@]}" --attn_impl mra2 --output_dir "$results/mlm_mra2"
+stage mlm_mra2_fsdp 75 accelerate launch --config_file configs/accelerate/fsdp.yaml --num_processes 1 \
+  --fsdp_transformer_layer_cls_to_wrap RobertaLayer "${mlm[@]}" --attn_impl mra2 --output_dir "$results/mlm_mra2_fsdp"
+stage model_flex 60 $bench --model --methods mra2 --attn_config '{"mra2": {"backend": "flex"}}' --rounds 1 \
+  --repeats 3 --seq_lens 8192 32768 --output_dir "$results/model_flex"
+stage mlm_sdpa 60 python3 "${mlm[@]}" --output_dir "$results/mlm_sdpa"
+stage compile 90 $bench --compile --train --methods mra2,nystromformer --seq_lens 4096 --repeats 3 \
+  --output_dir "$results/compile"
+stage compile_forward 60 $bench --compile --methods mra2 --seq_lens 4096 --repeats 3 --output_dir "$results/compile_forward"
+stage profile 40 python3 - <<'EOF'
+import torch
+from hf_efficient_attn.tools.benchmark.steps import model_step
+
+step = model_step("mra2", 4096, layers=1, device="cuda", dtype="bf16")  # one roberta-base-width layer
+for _ in range(3):
+    step()
+torch.cuda.synchronize()
+with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]) as prof:
+    step()
+    torch.cuda.synchronize()
+events = prof.key_averages()
+print(events.table(sort_by="self_device_time_total", row_limit=25, max_name_column_width=60))
+print(events.table(sort_by="cpu_time_total", row_limit=25, max_name_column_width=60))
+EOF
+tar czf "$out/results.tgz" -C "$results" .
