@@ -62,7 +62,7 @@ transformers.__version__, triton.__version__, accelerate.__version__, torch.cuda
 cat "$results/versions.txt" | tail -n 3
 
 # Only the modules with device tests: the others import packages that machine may lack.
-stage tests 150 python3 -m pytest --device cuda -q -n 8 -p no:cacheprovider -m "not slow" --durations=10 \
+stage tests 150 python3 -m pytest --device cuda -q -n 8 -p no:cacheprovider --durations=10 \
   $(grep -l "pytest.mark.device" tests/test_*.py)
 bench="python3 scripts/benchmark.py --device cuda --dtype bf16"
 stage attention 80 $bench --methods mra2,nystromformer,performer,vmean --seq_lens 1024 4096 8192 16384 32768 \

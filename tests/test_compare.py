@@ -93,6 +93,7 @@ def test_every_method_starts_from_the_warmed_checkpoint(workspace, finished):
     assert len(optimizer["state"]) == len(head) == 5  # trained: the head (tied decoder weight excluded)
 
 
+@pytest.mark.slow  # a second and a third comparison run
 def test_a_rerun_skips_finished_methods_and_resumes_an_interrupted_one(workspace, finished, tmp_path, capfd):
     """softmax finished; linformer was interrupted after its step-2 checkpoint: the rerun skips
     softmax and the warm-up, resumes linformer at step 2 and ends with the uninterrupted results."""

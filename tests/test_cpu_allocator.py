@@ -38,6 +38,7 @@ def faults_of_reused_tensors(mode: str, **env: str) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_kept_memory_is_reused_without_page_faults():
     """A 64 MiB tensor's pages (16384 of 4 KiB) are faulted in on every one of 20 allocations by
     default; when freed memory is kept, only while the heap grows to hold it (the first few times:

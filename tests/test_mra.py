@@ -442,7 +442,8 @@ def test_invalid_options(options, match):
 
 
 @pytest.mark.parametrize("method", ["mra2", "mra2_s"])
-@pytest.mark.parametrize("backend", ["gather", "flex"])
+# flex compiles a kernel per block size (about 4 s each on CPU): slow tier there.
+@pytest.mark.parametrize("backend", ["gather", pytest.param("flex", marks=pytest.mark.slow)])
 def test_any_block_size_is_exact_at_full_budget(method, backend, device):
     """block_size is any positive integer (1, 7: not a power of two, 64: above the length); flex on
     CUDA takes powers of two from 16 (Triton's tiles) and refuses the others."""

@@ -79,7 +79,7 @@ def test_compiled_training_step_equals_eager(name):
     compiled_equals_eager(model, torch.compile(model, backend="aot_eager", fullgraph=True), [SEQ])
 
 
-@pytest.mark.parametrize("name", METHODS)
+@pytest.mark.parametrize("name", ["mra2", pytest.param("mra2_s", marks=pytest.mark.slow)])
 def test_new_lengths_share_one_recompilation(name):
     """Dynamic shapes, on the method alone (the model around it adds no length guard of its own):
     the first length compiles, the second recompiles with a symbolic length, which every later

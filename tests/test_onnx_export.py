@@ -30,7 +30,7 @@ def run_onnx(folder, inputs):
     return session.run(None, {k: v.numpy() for k, v in inputs.items()})
 
 
-@pytest.mark.parametrize("method", ["softmax", "performer"])
+@pytest.mark.parametrize("method", [pytest.param("softmax", marks=pytest.mark.slow), "performer"])
 def test_exported_variant_equals_pytorch_at_any_length_and_batch(tmp_path, method):
     model = save_variant(tmp_path / "variant", method)
     cli.main(["--model_dir", str(tmp_path / "variant"), "--output_dir", str(tmp_path / "onnx"), "--export_length", "64"])
@@ -48,6 +48,7 @@ def test_exported_variant_equals_pytorch_at_any_length_and_batch(tmp_path, metho
         np.testing.assert_allclose(logits[real_tokens.numpy()], expected[real_tokens].numpy(), atol=1e-4, rtol=1e-4)
 
 
+@pytest.mark.slow  # two exports
 def test_the_check_sees_a_different_model_and_a_failed_check_is_an_error(tmp_path, monkeypatch):
     save_variant(tmp_path / "variant", "softmax")
     exported = serving.load_for_export(str(tmp_path / "variant"))
