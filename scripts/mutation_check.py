@@ -177,6 +177,16 @@ MUTATIONS: list[Mutation] = [
     Mutation(P + "tools/benchmark/processes.py", "except RuntimeError as error:\n                failed.add(i)\n                results",
              "except ValueError as error:\n                failed.add(i)\n                results",
              (T + "test_benchmark.py::-k failed_timing_job",), "one failed compile job ends the whole benchmark"),
+    # ---- the public API's side effects and error branches -------------------------------------------------
+    Mutation(P + "integration/auto.py", "            config = copy.deepcopy(config)  # as Transformers' from_pretrained",
+             "            pass  # as Transformers' from_pretrained", (T + "test_no_side_effects.py::-k leave_the_config",),
+             "from_pretrained(config=...) writes the method into the caller's config"),
+    Mutation(P + "integration/auto.py", "            config = copy.deepcopy(config)  # as Transformers' from_config",
+             "            pass  # as Transformers' from_config", (T + "test_no_side_effects.py::-k leave_the_config",),
+             "from_config writes the method into the caller's config"),
+    Mutation(P + "utils/cli_errors.py", "USER_ERRORS = (ValueError, OSError, ModuleNotFoundError)",
+             "USER_ERRORS = (ValueError, ModuleNotFoundError)", (T + "test_cli_errors.py::-k user_error_type",),
+             "a model id that cannot be found shows a traceback"),
 ]
 
 

@@ -1,5 +1,6 @@
 """The Transformers bridge: patching, config field, save/load, plain-Transformers path, errors."""
 
+import copy
 import json
 
 import pytest
@@ -208,21 +209,34 @@ def test_extending_after_patching_linformer_is_refused():
     assert hidden(extended, ids, torch.ones_like(ids)).shape == (1, 300, 32)
 
 
+#: Budgets small enough that each method approximates at SEQ tokens (at their defaults MRA-2 and
+#: Nystromformer are exact there, and could not be told from softmax).
+SMALL_BUDGETS = {"mra2": {"block_per_row": 1}, "mra2_s": {"block_per_row": 1}, "nystromformer": {"num_landmarks": 4},
+                 "linformer": {"k": 16}, "performer": {"num_features": 16}, "skeinformer": {"num_samples": 8},
+                 "informer": {"factor": 1}, "skyformer": {"num_landmarks": 8}, "yoso": {"num_hash": 4}}
+
+
 @pytest.mark.device
 @pytest.mark.parametrize("model_type", ARCHITECTURES)
 @pytest.mark.parametrize("method", hea.list_methods())
 def test_every_method_on_every_architecture(model_type, method, device):
-    """Each method runs inside each architecture on a padded batch; where the method is padding
-    invariant, the padded row's real tokens equal a run of that row alone, unpadded."""
+    """Each method runs inside each architecture on a padded batch, and is seen to run (its output
+    differs from the same model with exact attention); where the method is padding invariant, the
+    padded row's real tokens equal a run of that row alone, unpadded."""
     from hf_efficient_attn.registry import get_method_class
 
-    options = {"k": 16} if method == "linformer" else {}
-    model = hea.AutoModel.from_config(tiny_config(model_type), attn_impl=method, attn_config=options)
+    # Weights larger than BERT's initialisation (0.02), so that attention is not near uniform, where
+    # every method would equal exact attention.
+    model = hea.AutoModel.from_config(tiny_config(model_type, initializer_range=0.3), attn_impl=method,
+                                      attn_config=SMALL_BUDGETS.get(method, {}))
     model = model.to(device).eval()
     assert model.config.attn_impl == method
     ids, mask = (t.to(device) for t in batch())
     out = hidden(model, ids, mask)
     assert torch.isfinite(out).all()
+    if method != "softmax":
+        exact = hidden(hea.patch_model(copy.deepcopy(model), "softmax"), ids, mask)
+        assert (out[0] - exact[0]).abs().max() > 1e-3, "the method cannot be told from exact attention"
     if get_method_class(method).padding_invariant:
         alone = hidden(model, ids[1:, :REAL], mask[1:, :REAL])
         torch.testing.assert_close(out[1, :REAL], alone[0], atol=1e-5, rtol=1e-4)

@@ -20,13 +20,14 @@ from training_fixtures import REPO, save_tiny_mlm, write_news_files
 
 from hf_efficient_attn.hub import cli as push_cli
 from hf_efficient_attn.hub import export
+from hf_efficient_attn.serving import cli as serving_cli
 from hf_efficient_attn.tasks import glue
 from hf_efficient_attn.tasks.convert import main as convert_main
 from hf_efficient_attn.tasks.mlm import pretrain as mlm
 from hf_efficient_attn.tasks.wikihop import finetune as wikihop
 from hf_efficient_attn.tools import benchmark, demo, quickstart
 from hf_efficient_attn.tools.quality import cli as quality_cli
-from hf_efficient_attn.utils.cli_errors import DEBUG_VARIABLE, run_cli
+from hf_efficient_attn.utils.cli_errors import DEBUG_VARIABLE, USER_ERRORS, run_cli
 
 #: What a bad invocation may have loaded before its error: nothing ("args"), or the data but no model.
 NOTHING, DATA = "args", "data"
@@ -239,6 +240,35 @@ def test_debug_variable_shows_the_traceback_and_bugs_keep_theirs(files, monkeypa
 
     with pytest.raises(KeyError):  # a programming error is not a user error
         run_cli(buggy, [])
+
+
+def user_error_case(error_type, files, tmp_path, monkeypatch):
+    """A bad input that raises ``error_type``, one of the types run_cli turns into one line."""
+    if error_type is OSError:  # a Hub model id that is not in the cache, offline (HF_HUB_OFFLINE=1)
+        return mlm.main, mlm_args(files, "--do_train", "--model_name_or_path", "some-user/not-a-model")
+    if error_type is ModuleNotFoundError:  # the exporter's optional package missing
+        monkeypatch.setitem(sys.modules, "onnxscript", None)
+        model = save_tiny_mlm(str(tmp_path / "model"))
+        return serving_cli.main, ["--model_dir", model, "--output_dir", str(tmp_path / "onnx")]
+    return mlm.main, mlm_args(files)  # ValueError: nothing to do
+
+
+#: The exception types of user errors, each with a case in user_error_case (a literal list: a type
+#: dropped from USER_ERRORS must fail its case, not silently drop it).
+USER_ERROR_TYPES = [ValueError, OSError, ModuleNotFoundError]
+
+
+@pytest.mark.parametrize("error_type", USER_ERROR_TYPES)
+def test_each_user_error_type_is_reached_by_a_bad_input(error_type, files, tmp_path, capsys, monkeypatch):
+    """Every exception type that run_cli turns into one line has a real bad input raising it."""
+    assert set(USER_ERRORS) == set(USER_ERROR_TYPES)
+    main, argv = user_error_case(error_type, files, tmp_path, monkeypatch)
+    monkeypatch.setenv(DEBUG_VARIABLE, "1")
+    with pytest.raises(error_type):
+        run_cli(main, argv)
+    monkeypatch.delenv(DEBUG_VARIABLE)
+    code, lines, err = run_bad(main, argv, capsys)
+    assert code == 2 and "Traceback" not in err and lines[-1].startswith("error: "), err
 
 
 SCRIPTS = sorted(name for name in os.listdir(os.path.join(REPO, "scripts")) if name.endswith(".py"))

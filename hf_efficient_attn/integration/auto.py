@@ -92,7 +92,9 @@ class _EfficientAutoModel:
         model_kwargs = {k: kwargs.pop(k) for k in _MODEL_ONLY_KWARGS if k in kwargs}
         attn_implementation = kwargs.pop("attn_implementation", None)
         config = kwargs.pop("config", None)
-        if not isinstance(config, PretrainedConfig):
+        if isinstance(config, PretrainedConfig):
+            config = copy.deepcopy(config)  # as Transformers' from_pretrained, the caller's config is left as it was
+        else:
             config, kwargs = AutoConfig.from_pretrained(
                 config or path, return_unused_kwargs=True, **hub_kwargs, **kwargs
             )
