@@ -309,12 +309,17 @@ def _flex(autotune: bool) -> Callable:
     return _compiled_flex[autotune]
 
 
-def _needs_autotune(q: torch.Tensor, block_size: int, needs_grad: bool) -> bool:
+def needs_grad(*tensors: torch.Tensor) -> bool:
+    """Whether autograd will record a call on ``tensors`` (then flex needs its backward)."""
+    return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+
+
+def _needs_autotune(q: torch.Tensor, block_size: int, backward: bool) -> bool:
     """Whether a CUDA backward of flex at ``block_size`` needs max-autotune: Inductor keeps only the
     backward tiles that divide the sparse block size, and its default tile for fp16/bf16 on recent GPUs
     is 64 x 128 (fp32: 16), so blocks of 32 find none by default (torch 2.11-2.13
     ``get_flex_attn_bwd_configs``)."""
-    return needs_grad and q.device.type == "cuda" and q.dtype != torch.float32 and block_size < 128
+    return backward and q.device.type == "cuda" and q.dtype != torch.float32 and block_size < 128
 
 
 def _block_list(sel: torch.Tensor):
@@ -356,10 +361,10 @@ def flex_mra_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, real: 
     def mask_mod(b, h, q_idx, kv_idx):
         return key_ok[b, kv_idx]
 
-    needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+    backward = needs_grad(q, k, v)
     block_mask = BlockMask.from_kv_blocks(  # the backward walks the mask by key block: q blocks too
         *_block_list(partial), *_block_list(dense), BLOCK_SIZE=block_size, mask_mod=mask_mod,
-        seq_lengths=(length, k.shape[2]), compute_q_blocks=needs_grad,
+        seq_lengths=(length, k.shape[2]), compute_q_blocks=backward,
     )
     # Triton's default tiles (64-128) must divide the sparse block size; ask for block-sized ones
     # (Triton tiles are powers of two >= 16: _MraBase._use_flex refuses other block sizes on CUDA).
@@ -369,7 +374,7 @@ def flex_mra_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, real: 
         return flex_attention(q, k, v, **arguments)
     # Private dynamo config (no public setter for the recompile limit): scoped to this call only.
     with torch._dynamo.config.patch(recompile_limit=FLEX_RECOMPILE_LIMIT):
-        return _flex(_needs_autotune(q, block_size, needs_grad))(q, k, v, **arguments)
+        return _flex(_needs_autotune(q, block_size, backward))(q, k, v, **arguments)
 
 
 #: :func:`flex_mra_attention` run eagerly, with its own compiled kernel, also from a compiled graph
@@ -398,8 +403,7 @@ class _MraBase(AttentionMethod):
                 f"{self.name}: backend='flex' on CUDA needs block_size a power of two >= 16 and head_dim >= 16 "
                 f"(Triton's tiles), got block_size {block_size}, head_dim {head_dim}; use backend='gather'"
             )
-        needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
-        if needs_grad and q.device.type != "cuda":
+        if needs_grad(q, k, v) and q.device.type != "cuda":
             raise ValueError(
                 f"{self.name}: backend='flex' has no backward on {q.device.type} (compiled FlexAttention is "
                 "inference-only there); use backend='gather' or 'auto', or run under torch.no_grad()"

@@ -67,6 +67,11 @@ def in_this_process(kind: str, device: str) -> bool:
     return device == "cuda" and kind in ("attention", "model")
 
 
+def _failed(job: dict[str, Any], detail: str) -> RuntimeError:
+    return RuntimeError(f"{job['kind']} benchmark ({job['measure']}) of {job['method']} at n={job['seq_len']} "
+                        f"failed: {detail}")
+
+
 def measure_job(what: str, kind: str, repeats: int = 3, warmup: int = 1, threads: int | None = None,
                 **request: Any) -> tuple[Any, int]:
     """(value, pid): the time (``what`` "time") or peak memory ("memory") of one step (``kind``
@@ -79,8 +84,7 @@ def measure_job(what: str, kind: str, repeats: int = 3, warmup: int = 1, threads
     try:
         return measure_request(job), os.getpid()
     except Exception as error:  # noqa: BLE001 - reported and skipped, as a failed fresh process is
-        raise RuntimeError(f"{kind} benchmark ({what}) of {request['method']} at n={request['seq_len']} failed: "
-                           f"{type(error).__name__}: {str(error)[-2000:]}") from error
+        raise _failed(job, f"{type(error).__name__}: {str(error)[-2000:]}") from error
     finally:
         gc.collect()
         torch.cuda.empty_cache()
@@ -94,8 +98,7 @@ def measure_in_fresh_process(job: dict[str, Any]) -> tuple[Any, int]:
     done = subprocess.run([sys.executable, "-m", "hf_efficient_attn.tools.benchmark", json.dumps(job)],
                           capture_output=True, text=True, check=False, env=env)
     if done.returncode != 0:
-        raise RuntimeError(f"{job['kind']} benchmark ({job['measure']}) of {job['method']} at n={job['seq_len']} "
-                           f"failed:\n{done.stderr[-2000:]}")
+        raise _failed(job, f"\n{done.stderr[-2000:]}")
     answer = json.loads(done.stdout.strip().splitlines()[-1])
     return answer["value"], answer["pid"]
 
@@ -148,13 +151,15 @@ def measure_timings(jobs: list[dict[str, Any]], rounds: int = 1) -> list[list[di
     progress = tqdm(total=len(jobs) * rounds, desc=f"{jobs[0]['kind']} benchmark", unit="run")
     for round_index in range(rounds):
         for i, job in enumerate(jobs):
+            if i in failed:
+                progress.update()
+                continue
             progress.set_postfix_str(f"{job['method']} n={job['seq_len']} round {round_index + 1}/{rounds}")
             try:
-                if i not in failed:
-                    timings, _ = measure_job("time", **job)
-                    results[i].append(timings)
-                    tqdm.write(f"{job['method']:24s} n={job['seq_len']:6d} round {round_index + 1}: "
-                               + ", ".join(f"{key[:-2]} {value:.3f} s" for key, value in timings.items()))
+                timings, _ = measure_job("time", **job)
+                results[i].append(timings)
+                tqdm.write(f"{job['method']:24s} n={job['seq_len']:6d} round {round_index + 1}: "
+                           + ", ".join(f"{key[:-2]} {value:.3f} s" for key, value in timings.items()))
             except RuntimeError as error:
                 failed.add(i)
                 results[i] = []
