@@ -19,6 +19,7 @@ from transformers.masking_utils import AttentionMaskInterface, bidirectional_mas
 from ..methods.base import METHOD_ATTRIBUTE, AttentionMethod, AttentionShape, is_tracing
 from ..registry import build_method, method_named_by, on_register, resolve_method, saved_attn_implementation
 from .longformer import EfficientLongformerSelfAttention
+from .packing import packed_segments
 
 #: Attribute a patched model sets on its method modules for a call with ``output_attentions=True``;
 #: then methods that form attention probabilities (those with a ``probabilities`` method) return them.
@@ -129,6 +130,12 @@ def efficient_attention_forward(
         method = _plain_transformers_method(module, name)
     batch, _, seq_len, _ = query.shape
     key_padding_mask = key_padding_mask_from(attention_mask, batch, seq_len)
+    segments = packed_segments(kwargs, key_padding_mask, batch, seq_len)
+    if segments is not None:  # several sequences in a row: each attends to itself only (packing.py)
+        if getattr(method, RETURN_PROBABILITIES, False):
+            raise ValueError("output_attentions=True is not supported for packed rows (several sequences in a row)")
+        out = method(*(segments.unpack(t) for t in (query, key, value)), segments.real, scaling)
+        return segments.repack(out, batch, seq_len).transpose(1, 2).contiguous(), None
     out = method(query, key, value, key_padding_mask, scaling)
     weights = None
     if getattr(method, RETURN_PROBABILITIES, False):  # output_attentions=True (patching.py)

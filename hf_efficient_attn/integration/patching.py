@@ -33,7 +33,8 @@ from ..methods.base import METHOD_ATTRIBUTE, AttentionMethod, is_tracing
 from ..registry import build_method, list_methods, method_named_by, resolve_method, saved_attn_implementation
 from .bridge import RETURN_PROBABILITIES, check_supported, layer_shape, self_attention_modules
 from .longformer import EfficientLongformerSelfAttention
-from .positions import max_tokens
+from .packing import PACKING_KEYWORDS, sequence_starts, shift_packed_positions
+from .positions import max_tokens, position_offset
 
 logger = logging.getLogger(__name__)
 
@@ -64,6 +65,7 @@ class EfficientModelMixin:
         # Input checks here rather than in ``forward``, whose signature Trainer inspects.
         if not is_patched(self):
             return super().__call__(*args, **kwargs)
+        kwargs = self._packed_positions(kwargs)
         self._check_length(args, kwargs)
         if not (kwargs.get("output_attentions") or self.config.output_attentions):
             return super().__call__(*args, **kwargs)
@@ -81,6 +83,27 @@ class EfficientModelMixin:
         finally:
             for method in methods:
                 setattr(method, RETURN_PROBABILITIES, False)
+
+    def _packed_positions(self, kwargs: dict) -> dict:
+        """Packed rows (``packing.py``): a RoBERTa-family model's ``position_ids`` started at 0 are
+        shifted to its first position; Longformer, whose layers see no packing keywords, refuses them."""
+        if self.config.model_type == "longformer":
+            packing = [name for name in PACKING_KEYWORDS if kwargs.get(name) is not None]
+            position_ids = kwargs.get("position_ids")
+            if position_ids is not None and not is_tracing():
+                starts = sequence_starts({"position_ids": position_ids}, *position_ids.shape)
+                packing += ["position_ids that restart"] if bool(starts[:, 1:].any()) else []
+            if packing:
+                raise ValueError(
+                    f"Longformer models do not take packed rows ({', '.join(packing)}); pad the batch instead "
+                    "(DataCollatorWithPadding), or use another architecture"
+                )
+            return kwargs
+        offset = position_offset(self.config)
+        if offset and kwargs.get("position_ids") is not None:
+            shifted = shift_packed_positions(kwargs["position_ids"], kwargs.get("attention_mask"), offset)
+            kwargs = {**kwargs, "position_ids": shifted}
+        return kwargs
 
     def _check_length(self, args: tuple, kwargs: dict) -> None:
         """The positions an input uses must lie in the position table: ``position_ids`` when given

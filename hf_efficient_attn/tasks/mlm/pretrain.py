@@ -17,6 +17,7 @@ from typing import Sequence
 from transformers import (
     DataCollatorForLanguageModeling,
     DataCollatorForTokenClassification,
+    DataCollatorWithFlattening,
     PreTrainedModel,
     PreTrainedTokenizerBase,
     TrainerCallback,
@@ -64,6 +65,14 @@ class MLMDataArguments(DataArguments):
     eval_mask_seed: int = field(
         default=0,
         metadata={"help": "Seed of the validation masks (fixed, independent of --seed, so runs are comparable)."},
+    )
+    padding_free: bool = field(
+        default=False,
+        metadata={
+            "help": "Pack each batch into one row without padding (transformers.DataCollatorWithFlattening), so "
+            "a step costs its real tokens; the method's attention keeps the sequences apart (needs an attention "
+            "method of this package: Transformers' own attention would mix them). Pays off with --line_by_line."
+        },
     )
 
     def __post_init__(self) -> None:
@@ -125,17 +134,25 @@ def mlm_trainer(
     train_set: DeterministicallyMaskedDataset | None,
     eval_set: DeterministicallyMaskedDataset | None,
     callbacks: Sequence[TrainerCallback] = (),
+    padding_free: bool = False,
 ) -> CrashSafeTrainer:
     """The crash-safe Trainer of masked-LM training: the step's global mean loss, masked-token
-    accuracy on ``eval_set``, and the masks' epoch kept in step with training."""
+    accuracy on ``eval_set``, and the masks' epoch kept in step with training; ``padding_free``
+    packs each batch into one row (``--padding_free``)."""
+    # Padded: input_ids with the pad token and labels with -100 (blocks need none; lines do). Packed:
+    # the flash-attention keywords too, whose shapes let a compiled model unpack (integration/packing.py).
+    collator = (
+        DataCollatorWithFlattening(return_flash_attn_kwargs=True)
+        if padding_free
+        else DataCollatorForTokenClassification(tokenizer)
+    )
     return CrashSafeTrainer(
         model=model,
         args=training_args,
         train_dataset=train_set,
         eval_dataset=eval_set,
         processing_class=tokenizer,
-        # Pads input_ids with the pad token and labels with -100 (blocks need none; lines do).
-        data_collator=DataCollatorForTokenClassification(tokenizer),
+        data_collator=collator,
         compute_loss_func=global_mean_loss,
         compute_metrics=masked_token_accuracy if eval_set is not None else None,
         preprocess_logits_for_metrics=predicted_tokens if eval_set is not None else None,
@@ -154,6 +171,16 @@ def check_mlm_run(training_args: TrainingArguments) -> None:
         )
 
 
+def check_padding_free(padding_free: bool, attn_impl: str | None) -> None:
+    """``--padding_free`` needs this package's attention (``attn_impl``), which keeps packed
+    sequences apart."""
+    if padding_free and attn_impl is None:
+        raise ValueError(
+            "--padding_free needs an attention method of this package (--attn_impl, e.g. softmax or mra2): "
+            "Transformers' own attention would let the packed sequences attend to each other"
+        )
+
+
 def run_mlm(
     model_args: ModelArguments,
     data_args: MLMDataArguments,
@@ -163,7 +190,9 @@ def run_mlm(
     """Tokenise, train, evaluate and save as ``run_mlm.py``; returns all metrics. ``callbacks`` are
     added to the Trainer's."""
     check_mlm_run(training_args)
-    model_limit = max_tokens(load_config(model_args))
+    config = load_config(model_args)
+    check_padding_free(data_args.padding_free, model_args.attn_impl or getattr(config, "attn_impl", None))
+    model_limit = max_tokens(config)
     check_max_seq_length(data_args.max_seq_length, model_limit)
     checkpoint = start_run(training_args)
 
@@ -171,7 +200,7 @@ def run_mlm(
     seq_len = block_length(data_args, tokenizer.model_max_length, model_limit)
     train_set, eval_set = masked_datasets(model_args, data_args, training_args, tokenizer, seq_len)
     model = load_model(model_args, AutoModelForMaskedLM)
-    trainer = mlm_trainer(model, training_args, tokenizer, train_set, eval_set, callbacks)
+    trainer = mlm_trainer(model, training_args, tokenizer, train_set, eval_set, callbacks, data_args.padding_free)
 
     train_metrics = eval_metrics = None
     if train_set is not None:

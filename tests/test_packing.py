@@ -1,0 +1,196 @@
+"""Packed rows (DataCollatorWithFlattening): every method, in every architecture, gives each packed
+sequence the outputs of that sequence run alone, whichever form says where the sequences start."""
+
+import copy
+
+import pytest
+import torch
+from test_bridge import SMALL_BUDGETS
+from test_mlm import workspace  # noqa: F401  (the fixture of the --padding_free tests)
+from tiny import ARCHITECTURES, VOCAB, tiny_config
+from transformers import DataCollatorWithFlattening
+
+import hf_efficient_attn as hea
+from hf_efficient_attn.integration.positions import position_offset
+
+#: Longer than every method's exact length at SMALL_BUDGETS (mra2 with one block per row is exact up
+#: to its 32-token block), of different lengths, none a multiple of a block.
+LENGTHS = (100, 57, 130)
+PACKED_ARCHITECTURES = [a for a in ARCHITECTURES if a != "longformer"]
+FORMS = {
+    "position_ids": {},
+    "flash_attn_kwargs": {"return_flash_attn_kwargs": True},
+    "seq_idx": {"return_seq_idx": True},
+}
+
+
+def packed_model(model_type, method):
+    config = tiny_config(model_type, initializer_range=0.3, max_position_embeddings=140)
+    return hea.AutoModel.from_config(config, attn_impl=method, attn_config=SMALL_BUDGETS.get(method, {})).eval()
+
+
+def sequences(lengths=LENGTHS):
+    return [torch.randint(5, VOCAB, (n,)) for n in lengths]
+
+
+def pack(seqs, **collator_options):
+    batch = DataCollatorWithFlattening(**collator_options)([{"input_ids": s.tolist()} for s in seqs])
+    batch.pop("labels", None)
+    return batch
+
+
+def alone(model, seqs):
+    with torch.no_grad():
+        return torch.cat([model(input_ids=s[None]).last_hidden_state[0] for s in seqs])
+
+
+@pytest.mark.device
+@pytest.mark.parametrize("model_type", PACKED_ARCHITECTURES)
+@pytest.mark.parametrize("method", hea.list_methods())
+def test_packed_row_equals_each_sequence_alone(model_type, method, device):
+    """One packed row = its sequences run alone (1e-4), and the method is seen to run (the packed row
+    differs from exact attention's)."""
+    model = packed_model(model_type, method).to(device)
+    seqs = [s.to(device) for s in sequences()]
+    batch = {k: v.to(device) if torch.is_tensor(v) else v for k, v in pack(seqs).items()}
+    with torch.no_grad():
+        packed = model(**batch).last_hidden_state[0]
+    torch.testing.assert_close(packed, alone(model, seqs), atol=1e-4, rtol=1e-4)
+    if method != "softmax":
+        with torch.no_grad():
+            exact = hea.patch_model(copy.deepcopy(model), "softmax")(**batch).last_hidden_state[0]
+        assert (packed - exact).abs().max() > 1e-3, "the method cannot be told from exact attention"
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("method", ["mra2", "yoso", "linformer"])
+def test_every_collator_form_keeps_sequences_apart(form, method):
+    """position_ids alone, the flash-attention keywords and seq_idx all keep the sequences apart
+    (a sampling method, a method with parameters sized by length, the block-sparse one)."""
+    model = packed_model("roberta", method)
+    seqs = sequences()
+    with torch.no_grad():
+        packed = model(**pack(seqs, **FORMS[form])).last_hidden_state[0]
+    torch.testing.assert_close(packed, alone(model, seqs), atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("keyword", ["cu_seq_lens_q", "seq_idx"])
+def test_packing_keywords_alone_say_where_sequences_start(keyword):
+    """With position_ids that run on over the row, the keyword alone keeps the sequences apart: a
+    change to the second sequence does not reach the first (it does without the keyword)."""
+    model = packed_model("bert", "mra2")
+    batch = pack(sequences((40, 60)), return_flash_attn_kwargs=True, return_seq_idx=True)
+    keys = {"cu_seq_lens_q": ("cu_seq_lens_q", "max_length_q"), "seq_idx": ("seq_idx",)}[keyword]
+    changed = batch["input_ids"].clone()
+    changed[0, 40:] = torch.randint(5, VOCAB, (60,))
+
+    def first_sequence(ids, **packing):
+        with torch.no_grad():
+            return model(input_ids=ids, position_ids=torch.arange(100)[None], **packing).last_hidden_state[0, :40]
+
+    packing = {k: batch[k] for k in keys}
+    torch.testing.assert_close(first_sequence(changed, **packing), first_sequence(batch["input_ids"], **packing))
+    assert (first_sequence(changed) - first_sequence(batch["input_ids"])).abs().max() > 1e-4
+
+
+def test_several_padded_packed_rows():
+    """A batch of two packed rows, the first padded at its end (the padding's positions running on),
+    equals the sequences alone."""
+    model = packed_model("roberta", "mra2")
+    seqs = sequences((50, 70, 90, 40))
+    offset = position_offset(model.config)
+    width = 130
+    ids = torch.full((2, width), model.config.pad_token_id)
+    positions = torch.arange(width).repeat(2, 1)  # the padding's positions: any
+    mask = torch.zeros(2, width, dtype=torch.long)
+    for row, pair in enumerate([seqs[:2], seqs[2:]]):
+        ids[row, : sum(map(len, pair))] = torch.cat(pair)
+        positions[row, : sum(map(len, pair))] = torch.cat([torch.arange(len(s)) + offset for s in pair])
+        mask[row, : sum(map(len, pair))] = 1
+    positions[0, 120:] = torch.arange(70, 80) + offset  # the second sequence runs on into the padding
+    with torch.no_grad():
+        out = model(input_ids=ids, attention_mask=mask, position_ids=positions).last_hidden_state
+    packed = torch.cat([out[0, :120], out[1, :130]])
+    torch.testing.assert_close(packed, alone(model, seqs), atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("model_type", ["roberta", "xlm-roberta", "camembert"])
+def test_offset_positions_whichever_start_the_collator_was_given(model_type):
+    """RoBERTa-family positions start at pad_token_id + 1: packed position_ids from 0 (the collator's
+    default) or from that offset give the same outputs; any other start is refused by name."""
+    model = packed_model(model_type, "softmax")
+    seqs = sequences((30, 20))
+    offset = position_offset(model.config)
+    with torch.no_grad():
+        from_zero = model(**pack(seqs)).last_hidden_state
+        from_offset = model(**pack(seqs, position_ids_start=offset)).last_hidden_state
+    torch.testing.assert_close(from_zero, from_offset, atol=0, rtol=0)
+    torch.testing.assert_close(from_zero[0], alone(model, seqs), atol=1e-5, rtol=1e-4)
+    with pytest.raises(ValueError, match=f"position_ids_start={offset}"):
+        model(**pack(seqs, position_ids_start=offset + 3))
+
+
+def test_longformer_refuses_packed_rows():
+    model = hea.AutoModel.from_config(tiny_config("longformer"), attn_impl="mra2").eval()
+    with pytest.raises(ValueError, match="Longformer models do not take packed rows"):
+        model(**pack(sequences((30, 20))))
+
+
+def test_output_attentions_refused_for_packed_rows():
+    model = packed_model("bert", "softmax")
+    with pytest.raises(ValueError, match="packed rows"):
+        model(**pack(sequences((30, 20))), output_attentions=True)
+
+
+def test_padding_never_starts_a_sequence():
+    """Padded tokens join the sequence before them, so padded rows do not become one sequence per
+    padded token (a batch as large as the padding)."""
+    from hf_efficient_attn.integration.packing import packed_segments
+
+    positions = torch.tensor([[2, 3, 4, 2, 3, 1, 1, 1], [2, 3, 4, 5, 6, 7, 1, 1]])
+    real = positions != 1
+    segments = packed_segments({"position_ids": positions}, real, *positions.shape)
+    assert (segments.count, segments.length) == (3, 8)  # the second row: 6 real tokens, 2 padded
+    assert packed_segments({"position_ids": positions[1:]}, real[1:], 1, 8) is None  # one sequence: no unpacking
+
+
+@pytest.mark.parametrize("method", ["mra2", "nystromformer"])
+def test_packed_rows_compile_in_one_graph(method):
+    """With the flash-attention keywords (shapes known when tracing), a packed row runs under
+    torch.compile in one graph and equals eager; with position_ids alone, a traced model refuses a
+    packed row at run time instead of mixing it."""
+    from compile_fixtures import compiled
+
+    model = packed_model("bert", method)
+    seqs = sequences((40, 70, 30))
+    batch = pack(seqs, return_flash_attn_kwargs=True)
+    with torch.no_grad():
+        eager = model(**batch).last_hidden_state
+        torch.testing.assert_close(compiled(model)(**batch).last_hidden_state, eager, atol=1e-5, rtol=1e-4)
+        with pytest.raises(RuntimeError, match="cu_seq_lens_q and max_length_q"):
+            compiled(model)(**pack(seqs))
+
+
+def test_padding_free_mlm_packs_and_keeps_the_loss(workspace, tmp_path, monkeypatch):
+    """pretrain_mlm.py --padding_free: batches are packed rows, and a packed batch's loss equals the
+    padded batch's (the token-weighted mean over the same sequences)."""
+    from test_mlm import captured
+    from transformers import DataCollatorForTokenClassification
+
+    trainer = captured(workspace, monkeypatch, tmp_path, "--do_train", "--line_by_line", "--padding_free")
+    examples = [trainer["train_dataset"][i] for i in range(6)]
+    packed = trainer["data_collator"](examples)
+    padded = DataCollatorForTokenClassification(trainer["processing_class"])(examples)
+    assert packed["input_ids"].shape == (1, sum(len(e["input_ids"]) for e in examples))
+    assert padded["input_ids"].shape[1] < packed["input_ids"].shape[1]
+    model = trainer["model"].eval()
+    with torch.no_grad():
+        torch.testing.assert_close(model(**packed).loss, model(**padded).loss, atol=1e-5, rtol=1e-5)
+
+
+def test_padding_free_needs_an_attention_method(workspace, tmp_path):
+    from hf_efficient_attn.tasks.mlm.pretrain import main
+
+    with pytest.raises(ValueError, match="--padding_free needs an attention method of this package"):
+        main(["--model_name_or_path", workspace["model"], "--train_file", workspace["train"], "--do_train",
+              "--padding_free", "--output_dir", str(tmp_path)])  # fmt: skip
