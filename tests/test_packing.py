@@ -11,6 +11,7 @@ from tiny import ARCHITECTURES, VOCAB, tiny_config
 from transformers import DataCollatorWithFlattening
 
 import hf_efficient_attn as hea
+from hf_efficient_attn.registry import get_method_class
 from hf_efficient_attn.integration.positions import position_offset
 
 #: Longer than every method's exact length at SMALL_BUDGETS (mra2 with one block per row is exact up
@@ -194,3 +195,38 @@ def test_padding_free_needs_an_attention_method(workspace, tmp_path):
     with pytest.raises(ValueError, match="--padding_free needs an attention method of this package"):
         main(["--model_name_or_path", workspace["model"], "--train_file", workspace["train"], "--do_train",
               "--padding_free", "--output_dir", str(tmp_path)])  # fmt: skip
+
+
+@pytest.mark.parametrize("method", [name for name in hea.list_methods() if get_method_class(name).samples])
+def test_training_mode_draws_as_a_padded_batch(method):
+    """In training mode a sampling method draws for a packed row's sequences what it draws for the
+    same sequences in a padded batch (same seed): the two give the same outputs."""
+    config = tiny_config("bert", initializer_range=0.3, max_position_embeddings=140, hidden_dropout_prob=0.0,
+                         attention_probs_dropout_prob=0.0)
+    model = hea.AutoModel.from_config(config, attn_impl=method, attn_config=SMALL_BUDGETS.get(method, {})).train()
+    seqs = sequences((60, 90))
+    ids = torch.zeros(2, 90, dtype=torch.long)
+    mask = torch.zeros(2, 90, dtype=torch.long)
+    for row, s in enumerate(seqs):
+        ids[row, : len(s)], mask[row, : len(s)] = s, 1
+    torch.manual_seed(3)
+    packed = model(**pack(seqs, return_flash_attn_kwargs=True)).last_hidden_state[0]
+    torch.manual_seed(3)
+    padded = model(input_ids=ids, attention_mask=mask).last_hidden_state
+    torch.testing.assert_close(packed, torch.cat([padded[0, :60], padded[1]]), atol=1e-5, rtol=1e-4)
+
+
+def test_the_documented_inference_recipe():
+    """docs/packing.md's recipe runs as written, and each embedding is that of the document alone."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).parent.parent / "docs" / "packing.md").read_text()
+    (recipe,) = re.findall(r"```python\n(.*?)```", text, re.S)
+    scope = {}
+    exec(recipe, scope)
+    model, tokenizer = scope["model"], scope["tokenizer"]
+    for document, embedding in zip(scope["documents"], scope["embeddings"]):
+        with torch.no_grad():
+            alone = model(**tokenizer(document, return_tensors="pt")).last_hidden_state[0].mean(0)
+        torch.testing.assert_close(embedding, alone, atol=1e-4, rtol=1e-4)
