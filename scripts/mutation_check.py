@@ -224,6 +224,18 @@ MUTATIONS: list[Mutation] = [
     Mutation(P + "integration/packing.py", 'int(kwargs["max_length_q"])',
              'int(kwargs["max_length_q"]) + 1', (T + 'test_packing.py::-k draws_as',),
              "training draws of a packed row differ from a padded batch's"),
+    Mutation(P + "tools/benchmark/cli.py", 'seq_lens = [max(args.seq_lens)] if args.mixed_lengths else args.seq_lens',
+             'seq_lens = args.seq_lens', (T + 'test_packing.py::-k mixed_lengths_flag',),
+             '--mixed_lengths measured at every --seq_lens instead of truncating at the longest'),
+    Mutation(P + "tools/benchmark/report.py", 'speedup = _median_ratio(rounds, f"padded_{call}_s", rounds, f"packed_{call}_s")',
+             'speedup = _median_ratio(rounds, f"packed_{call}_s", rounds, f"padded_{call}_s")', (T + 'test_packing.py::-k table_arithmetic',),
+             'packed speed-up computed the wrong way round'),
+    Mutation(P + "tools/benchmark/cli.py", '[MODEL_REFERENCE] if whole_model and not self.mixed_lengths else []',
+             '[MODEL_REFERENCE] if whole_model else []', (T + 'test_packing.py::-k mixed_lengths_flag',),
+             '--mixed_lengths accepts SDPA, which mixes packed sequences'),
+    Mutation(P + "tools/benchmark/steps.py", 'labels[0] = -100  # the collator',
+             'labels[0] = labels[0]  # the collator', (T + 'test_packing.py::-k hold_the_same',),
+             'padded and packed batches label different tokens'),
 ]
 
 

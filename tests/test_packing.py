@@ -230,3 +230,89 @@ def test_the_documented_inference_recipe():
         with torch.no_grad():
             alone = model(**tokenizer(document, return_tensors="pt")).last_hidden_state[0].mean(0)
         torch.testing.assert_close(embedding, alone, atol=1e-4, rtol=1e-4)
+
+
+def test_mixed_length_batches_hold_the_same_documents():
+    """The benchmark's padded batches (each padded to its longest) and packed rows hold the same
+    tokens and labels, batch by batch."""
+    from hf_efficient_attn.tools.benchmark.steps import mixed_length_batches
+
+    lengths = [40, 64, 10, 33, 50]
+    padded, packed = mixed_length_batches(lengths, 2, 64, pad_token_id=1)
+    assert [b["input_ids"].shape for b in padded] == [(2, 64), (2, 33), (1, 50)]
+    assert [b["input_ids"].shape for b in packed] == [(1, 104), (1, 43), (1, 50)]
+    for p, q in zip(padded, packed):
+        real = p["attention_mask"].bool()
+        assert torch.equal(p["input_ids"][real], q["input_ids"][0])
+        assert torch.equal(p["labels"][real], q["labels"][0])
+
+
+def test_mixed_length_timings_measure_equal_outputs():
+    """Both forms are timed, forward and training step, and give the same logits."""
+    from hf_efficient_attn.tools.benchmark.steps import mixed_length_timings
+
+    timings = mixed_length_timings("mra2", 64, lengths=[40, 64, 10, 33], options={"block_size": 16}, layers=1,
+                                   vocab_size=64, batch=2)  # fmt: skip
+    assert set(timings) == {"padded_forward_s", "packed_forward_s", "padded_train_s", "packed_train_s",
+                            "max_abs_logit_difference"}  # fmt: skip
+    assert timings["max_abs_logit_difference"] < 1e-4
+
+
+def test_mixed_lengths_table_arithmetic():
+    """Tokens/s are the real tokens over each time; the speed-up is padded time over packed time
+    (median of the rounds' ratios); the padded tokens are each batch's longest times its size."""
+    from hf_efficient_attn.tools.benchmark.report import mixed_lengths_table
+
+    job = {"method": "mra2", "lengths": [100, 300, 50], "batch": 2}
+    rounds = [{"padded_forward_s": 2.0, "packed_forward_s": 1.0, "padded_train_s": 6.0, "packed_train_s": 4.0,
+               "max_abs_logit_difference": 1e-6},
+              {"padded_forward_s": 4.0, "packed_forward_s": 1.0, "padded_train_s": 6.0, "packed_train_s": 4.0,
+               "max_abs_logit_difference": 3e-6}]  # fmt: skip
+    (row,) = mixed_lengths_table([job], [rounds])
+    assert (row["tokens"], row["padded_tokens"]) == (450, 2 * 300 + 50)
+    assert row["forward_padded_tok_per_s"] == round(450 / 3.0) and row["forward_packed_tok_per_s"] == 450
+    assert row["forward_packed_speedup"] == 3.0 and row["train_packed_speedup"] == 1.5
+    assert row["max_abs_logit_difference"] == 3e-6
+
+
+def test_benchmark_mixed_lengths_flag(monkeypatch, tmp_path):
+    """--mixed_lengths measures each method (softmax beside) on the real document lengths truncated at
+    the longest --seq_lens, --batch documents at a time; Transformers' SDPA is refused (it would mix)."""
+    from hf_efficient_attn.tools.benchmark import cli
+
+    asked = {}
+
+    def lengths(count, max_len):
+        asked.update(count=count, max_len=max_len)
+        return [min(n, max_len) for n in (700, 20, 300)]
+
+    def timings(jobs, rounds):
+        asked["jobs"] = jobs
+        return [[{"padded_forward_s": 1.0, "packed_forward_s": 1.0, "padded_train_s": 1.0, "packed_train_s": 1.0,
+                  "max_abs_logit_difference": 0.0}] for _ in jobs]  # fmt: skip
+
+    monkeypatch.setattr(cli, "document_lengths", lengths)
+    monkeypatch.setattr(cli, "measure_timings", timings)
+    rows = cli.main(["--mixed_lengths", "--methods", "mra2", "--seq_lens", "256", "512", "--batch", "3",
+                     "--output_dir", str(tmp_path)])  # fmt: skip
+    assert [job["method"] for job in asked["jobs"]] == ["softmax", "mra2"]
+    assert asked["max_len"] == 512 and all(job["seq_len"] == 512 for job in asked["jobs"])
+    assert all(job["kind"] == "mixed_lengths" and job["batch"] == 3 and job["lengths"] == [512, 20, 300]
+               for job in asked["jobs"])  # fmt: skip
+    assert [row["method"] for row in rows] == ["softmax", "mra2"]
+    assert (tmp_path / "mixed_lengths.md").exists()
+    with pytest.raises(ValueError, match="unknown method 'sdpa'"):
+        cli.parse_args(["--mixed_lengths", "--methods", "sdpa"])
+
+
+def test_document_lengths_are_real_token_counts():
+    from transformers import AutoTokenizer
+
+    from hf_efficient_attn.tasks.common.corpus import wikipedia_articles
+    from hf_efficient_attn.tools.benchmark.steps import document_lengths
+    from hf_efficient_attn.tools.minilm import minilm_path
+
+    lengths = document_lengths(6, 2048)
+    tokenizer = AutoTokenizer.from_pretrained(minilm_path())
+    full = [len(tokenizer(text)["input_ids"]) for text in wikipedia_articles()[:6]]
+    assert lengths == [min(n, 2048) for n in full] and max(full) > 2048 > min(full)

@@ -116,7 +116,9 @@ def packed_segments(
     return Segments(token_to_slot, slot_to_token, real.view(count, length), count, length)
 
 
-def shift_packed_positions(position_ids: torch.Tensor, attention_mask: torch.Tensor | None, offset: int) -> torch.Tensor:
+def shift_packed_positions(
+    position_ids: torch.Tensor, attention_mask: torch.Tensor | None, offset: int
+) -> torch.Tensor:
     """Positions of a RoBERTa-family model (which start at ``offset`` = ``pad_token_id + 1``) from
     packed ``position_ids``: sequences that start at 0 (the collator's default ``position_ids_start``)
     are shifted by ``offset``; those that start at ``offset`` are kept, and so are padded tokens at

@@ -21,6 +21,12 @@ Two benchmarks, each a table (markdown + csv), the raw measurements (json) and a
 - ``--onnx``: the same model's inference forward (batch 1, no padding) served by ONNX Runtime from
   its ONNX export (``scripts/export_onnx.py``'s exporter), against eager PyTorch, per method with
   Transformers' SDPA beside. Writes ``onnx.{md,csv,json}``.
+- ``--mixed_lengths``: documents of real lengths (the token counts of the first 32 offline Wikipedia
+  articles, truncated at the longest ``--seq_lens``), ``--batch`` at a time, through the same model
+  padded (each batch to its longest) and packed (each batch one row, ``DataCollatorWithFlattening``,
+  docs/packing.md): tokens/s of inference forwards and of training steps, per method (``softmax``, exact
+  attention that keeps packed sequences apart, beside; Transformers' SDPA would mix them), and the
+  largest logit difference between the two forms. Writes ``mixed_lengths.{md,csv,json}``.
 
 The methods are given as ``--methods mra2,nystromformer`` and their options, per method, as
 ``--attn_config '{"mra2": {"backend": "flex"}}'`` (a method left out runs at its defaults).
@@ -59,8 +65,17 @@ from ...tasks.common.args import (
     parse_method_names,
 )
 from .processes import measure_all, measure_timings
-from .report import attention_table, compile_table, markdown, model_step_table, onnx_table, write_outputs, write_table
-from .steps import ATTENTION_REFERENCE, DTYPES, MODEL_FLOOR, MODEL_REFERENCE
+from .report import (
+    attention_table,
+    compile_table,
+    markdown,
+    mixed_lengths_table,
+    model_step_table,
+    onnx_table,
+    write_outputs,
+    write_table,
+)
+from .steps import ATTENTION_REFERENCE, DTYPES, MIXED_DOCUMENTS, MODEL_FLOOR, MODEL_REFERENCE, document_lengths
 
 DEFAULT_MODEL_METHODS = ["mra2", "mra2_s"]
 
@@ -83,14 +98,23 @@ def run(args: BenchmarkArguments) -> list[dict[str, Any]]:
     def job(method: str, **values: Any) -> dict[str, Any]:
         return dict(method=method, options=args.method_configs.get(method, {}), **values, **common)
 
-    if args.compile or args.onnx:
-        kind = "compile" if args.compile else "onnx"
+    if args.compile or args.onnx or args.mixed_lengths:
+        kind = "compile" if args.compile else "onnx" if args.onnx else "mixed_lengths"
         extra = {"train": args.train} if args.compile else {}
+        if args.mixed_lengths:
+            extra = {"lengths": document_lengths(MIXED_DOCUMENTS, max(args.seq_lens))}
+        seq_lens = [max(args.seq_lens)] if args.mixed_lengths else args.seq_lens
         jobs = [job(m, kind=kind, seq_len=n, layers=args.layers, vocab_size=args.vocab_size, **extra)
-                for n in args.seq_lens for m in args.measured]
+                for n in seq_lens for m in args.measured]
         measured = [(j, r) for j, r in zip(jobs, measure_timings(jobs, args.rounds)) if r]  # failed jobs skipped
         jobs, results = [j for j, _ in measured], [r for _, r in measured]
-        if args.compile:
+        if args.mixed_lengths:
+            rows = mixed_lengths_table(jobs, results)
+            title = (f"Padded against packed batches: {len(extra['lengths'])} documents of real lengths (offline "
+                     f"Wikipedia articles, at most {seq_lens[0]} tokens), {args.batch} per batch, through a "
+                     f"roberta-base-width encoder, {args.layers} layer(s); inference forwards and training steps "
+                     f"(MLM forward + backward + AdamW); {_setting(args)}")
+        elif args.compile:
             rows = compile_table(jobs, results)
             call = "training step (MLM forward + backward + AdamW)" if args.train else "inference forward"
             title = (f"torch.compile against eager: {call} of a roberta-base-width encoder, {args.layers} layer(s), "
@@ -133,6 +157,7 @@ examples:
   python scripts/benchmark.py --model --device cuda --dtype bf16 --methods mra2 --attn_config '{"mra2": {"backend": "flex"}}'
   python scripts/benchmark.py --compile --methods mra2,nystromformer --seq_lens 1024
   python scripts/benchmark.py --onnx --methods mra2
+  python scripts/benchmark.py --mixed_lengths --methods mra2   # padded vs packed, softmax beside
 """
 
 
@@ -151,10 +176,15 @@ class BenchmarkArguments:
         default=False,
         metadata={"help": "Benchmark ONNX Runtime against eager PyTorch for a whole model (SDPA beside)."},
     )
+    mixed_lengths: bool = field(
+        default=False,
+        metadata={"help": "Benchmark padded against packed batches of documents of real lengths, inference and "
+                          "training, for a whole model (softmax beside)."},
+    )
     methods: str | None = field(
         default=None,
         metadata={"help": f"Methods to compare with SDPA, comma-separated. Default: every method "
-                          f"({','.join(list_methods())}); with --model, --compile or --onnx: "
+                          f"({','.join(list_methods())}); with --model, --compile, --onnx or --mixed_lengths: "
                           f"{','.join(DEFAULT_MODEL_METHODS)}."},
     )
     attn_config: str | None = field(
@@ -165,10 +195,11 @@ class BenchmarkArguments:
     seq_lens: list[int] | None = field(
         default=None,
         metadata={"help": "Sequence lengths, space-separated. Default: 512 1024 2048 4096; with --model: 1024 2048 "
-                          "4096 8192 16384; with --compile: 1024; with --onnx: 1024 4096."},
+                          "4096 8192 16384; with --compile: 1024; with --onnx: 1024 4096; with --mixed_lengths: 4096 "
+                          "(the longest document)."},
     )
     batch: int | None = field(default=None, metadata={"help": "Default: 1; with --compile: 2 (the last row a "
-                                                              "quarter padding)."})
+                                                              "quarter padding); with --mixed_lengths: 4 documents."})
     heads: int = field(default=12, metadata={"help": "Attention benchmark only: heads."})
     head_dim: int = field(default=64, metadata={"help": "Attention benchmark only: head dimension."})
     layers: int = field(default=2, metadata={"help": "Whole-model benchmarks: encoder layers."})
@@ -185,12 +216,14 @@ class BenchmarkArguments:
     )
     repeats: int | None = field(
         default=None,
-        metadata={"help": "Timed calls per process after the warm-up, their median kept. Default: 3; with --model: 1."},
+        metadata={"help": "Timed calls per process after the warm-up, their median kept. Default: 3; with --model "
+                          "and --mixed_lengths (a pass over every document): 1."},
     )
     warmup: int | None = field(
         default=None,
         metadata={"help": "Untimed calls per process before the timed ones. Default: 1; with --model: 2 (the first "
-                          "step allocates the optimizer state, the second still grows the heap)."},
+                          "step allocates the optimizer state, the second still grows the heap); with --mixed_lengths: "
+                          "0."},
     )
     rounds: int | None = field(
         default=None,
@@ -209,9 +242,9 @@ class BenchmarkArguments:
     output_dir: str = field(default="outputs/benchmark", metadata={"help": "Folder for the tables and plots."})
 
     def __post_init__(self) -> None:
-        whole_model = self.model or self.compile or self.onnx
-        if self.model + self.compile + self.onnx > 1:
-            raise ValueError("--model, --compile and --onnx are three benchmarks: give one of them")
+        whole_model = self.model or self.compile or self.onnx or self.mixed_lengths
+        if self.model + self.compile + self.onnx + self.mixed_lengths > 1:
+            raise ValueError("--model, --compile, --onnx and --mixed_lengths are four benchmarks: give one of them")
         if self.train and not self.compile:
             raise ValueError("--train applies to --compile (--model always times a training step)")
         if whole_model and self.forward_only:
@@ -231,26 +264,26 @@ class BenchmarkArguments:
         if self.seq_lens is not None and any(n < 1 for n in self.seq_lens):
             raise ValueError(f"--seq_lens must be positive integers, got {self.seq_lens}")
         self._fill_defaults()
-        allowed = list_methods() + ([MODEL_REFERENCE] if whole_model else [])
+        allowed = list_methods() + ([MODEL_REFERENCE] if whole_model and not self.mixed_lengths else [])
         self.method_names = parse_method_names(
             self.methods, allowed, DEFAULT_MODEL_METHODS if whole_model else list_methods())
         references = [MODEL_REFERENCE] if (self.compile or self.onnx) else [MODEL_REFERENCE, MODEL_FLOOR] if self.model \
-            else [ATTENTION_REFERENCE]
+            else [ATTENTION_REFERENCE]  # --mixed_lengths too: softmax keeps packed sequences apart, SDPA would not
         #: What is measured: the references first, then the methods asked for.
         self.measured = references + [m for m in self.method_names if m not in references]
         self.method_configs = parse_method_configs(self.attn_config, [m for m in self.measured if m != MODEL_REFERENCE])
 
     def _fill_defaults(self) -> None:
-        if self.batch is None:
-            self.batch = 2 if self.compile else 1  # --compile: a padded batch, as served or trained
-        if self.repeats is None:
-            self.repeats = 1 if self.model else 3
+        if self.batch is None:  # --compile: a padded batch, as served or trained; --mixed_lengths: a few documents
+            self.batch = 2 if self.compile else 4 if self.mixed_lengths else 1
+        if self.repeats is None:  # --mixed_lengths: one pass over every document, each batch a step
+            self.repeats = 1 if self.model or self.mixed_lengths else 3
         if self.rounds is None:
             self.rounds = 3 if self.model else 1
         if self.warmup is None:
-            self.warmup = 2 if self.model else 1
+            self.warmup = 2 if self.model else 0 if self.mixed_lengths else 1
         if self.seq_lens is None:
-            self.seq_lens = ([1024] if self.compile else [1024, 4096] if self.onnx
+            self.seq_lens = ([1024] if self.compile else [1024, 4096] if self.onnx else [4096] if self.mixed_lengths
                              else [1024, 2048, 4096, 8192, 16384] if self.model else [512, 1024, 2048, 4096])
 
 

@@ -15,7 +15,10 @@ import torch
 from tqdm.auto import tqdm
 
 from ...utils.cpu_allocator import keep_freed_memory, return_freed_memory
-from .steps import attention_step, compile_timings, model_step, onnx_timings
+from .steps import attention_step, compile_timings, mixed_length_timings, model_step, onnx_timings
+
+#: The benchmarks whose process returns several timings, and the function that takes them.
+TIMINGS = {"compile": compile_timings, "onnx": onnx_timings, "mixed_lengths": mixed_length_timings}
 from .timing import call_peak_mb, median_seconds
 
 
@@ -41,7 +44,7 @@ def time_ratio(mine: Measurement, other: Measurement) -> float:
 
 def measure_request(request: dict[str, Any]) -> float | dict[str, float]:
     """Seconds (``request["measure"] == "time"``) or peak MB (``"memory"``) of the step asked for;
-    for ``kind`` "compile" and "onnx", the timings of :func:`compile_timings` / :func:`onnx_timings`."""
+    for the other kinds, the timings of their function in :data:`TIMINGS`."""
     request = dict(request)
     what, kind, repeats, warmup, threads = (
         request.pop(key) for key in ("measure", "kind", "repeats", "warmup", "threads"))
@@ -52,8 +55,8 @@ def measure_request(request: dict[str, Any]) -> float | dict[str, float]:
         keep_freed_memory()  # as the training scripts do
     if threads:
         torch.set_num_threads(threads)
-    if kind in ("compile", "onnx"):
-        return (compile_timings if kind == "compile" else onnx_timings)(**request, repeats=repeats, warmup=warmup)
+    if kind in TIMINGS:
+        return TIMINGS[kind](**request, repeats=repeats, warmup=warmup)
     step = (model_step if kind == "model" else attention_step)(**request)
     device = torch.device(request["device"])
     return median_seconds(step, device, repeats, warmup) if what == "time" else call_peak_mb(step, device)
@@ -75,7 +78,7 @@ def _failed(job: dict[str, Any], detail: str) -> RuntimeError:
 def measure_job(what: str, kind: str, repeats: int = 3, warmup: int = 1, threads: int | None = None,
                 **request: Any) -> tuple[Any, int]:
     """(value, pid): the time (``what`` "time") or peak memory ("memory") of one step (``kind``
-    "attention": :func:`attention_step`, "model": :func:`model_step`; "compile" and "onnx": their
+    "attention": :func:`attention_step`, "model": :func:`model_step`; the kinds of :data:`TIMINGS`: their
     timings), in a fresh interpreter unless :func:`in_this_process`, so that no CPU measurement shares
     memory, caches or compiled kernels with another. ``RuntimeError`` if the measurement fails."""
     job = {"kind": kind, "measure": what, "repeats": repeats, "warmup": warmup, "threads": threads, **request}
@@ -143,7 +146,7 @@ def measure_all(jobs: list[dict[str, Any]], rounds: int = 1) -> list[Measurement
 
 
 def measure_timings(jobs: list[dict[str, Any]], rounds: int = 1) -> list[list[dict[str, float]]]:
-    """The timings (a dict of seconds: :func:`compile_timings`, :func:`onnx_timings`) of every job in
+    """The timings (a dict of seconds from a function of :data:`TIMINGS`) of every job in
     each of ``rounds`` rounds, a fresh process per job and round; per job, the list of its rounds
     (empty for a job whose process failed: it is reported and skipped, as in :func:`measure_all`)."""
     results: list[list[dict[str, float]]] = [[] for _ in jobs]
@@ -159,7 +162,7 @@ def measure_timings(jobs: list[dict[str, Any]], rounds: int = 1) -> list[list[di
                 timings, _ = measure_job("time", **job)
                 results[i].append(timings)
                 tqdm.write(f"{job['method']:24s} n={job['seq_len']:6d} round {round_index + 1}: "
-                           + ", ".join(f"{key[:-2]} {value:.3f} s" for key, value in timings.items()))
+                           + ", ".join(f"{key} {value:.4g}" for key, value in timings.items()))
             except RuntimeError as error:
                 failed.add(i)
                 results[i] = []

@@ -44,6 +44,26 @@ def compile_table(jobs: list[dict[str, Any]], results: list[list[dict[str, float
     return rows
 
 
+def mixed_lengths_table(jobs: list[dict[str, Any]], results: list[list[dict[str, float]]]) -> list[dict[str, Any]]:
+    """One row per job: tokens/s of padded and packed batches, inference and training, the packed
+    speed-up (median of per-round ratios) and the largest logit difference between the two forms."""
+    rows = []
+    for job, rounds in zip(jobs, results):
+        tokens = sum(job["lengths"])
+        padded_tokens = sum(max(job["lengths"][i : i + job["batch"]]) * len(job["lengths"][i : i + job["batch"]])
+                            for i in range(0, len(job["lengths"]), job["batch"]))  # fmt: skip
+        row: dict[str, Any] = {"method": job["method"], "documents": len(job["lengths"]), "tokens": tokens,
+                               "padded_tokens": padded_tokens}  # fmt: skip
+        for call in ("forward", "train"):
+            for form in ("padded", "packed"):
+                row[f"{call}_{form}_tok_per_s"] = round(tokens / _median(rounds, f"{form}_{call}_s"))
+            speedup = _median_ratio(rounds, f"padded_{call}_s", rounds, f"packed_{call}_s")
+            row[f"{call}_packed_speedup"] = round(speedup, 2)
+        row["max_abs_logit_difference"] = float(f"{max(r['max_abs_logit_difference'] for r in rounds):.2g}")
+        rows.append(row)
+    return rows
+
+
 def onnx_table(jobs: list[dict[str, Any]], results: list[list[dict[str, float]]]) -> list[dict[str, Any]]:
     """One row per job: eager and ONNX Runtime times, and ONNX Runtime's speed-up over the SDPA
     model served the same way (>1 = faster)."""

@@ -161,3 +161,86 @@ def onnx_timings(method: str, seq_len: int, *, options: dict[str, Any] | None = 
         served = median_seconds(lambda: session.run(None, feed), torch.device("cpu"), repeats, warmup)
     return {"eager_s": eager, "onnxruntime_s": served}
 
+
+
+#: Documents of the mixed-length benchmark: the first offline Wikipedia articles (their token counts).
+MIXED_DOCUMENTS = 32
+
+
+def document_lengths(count: int, max_len: int) -> list[int]:
+    """Token counts of the first ``count`` offline Wikipedia articles (``corpus.wikipedia_articles``)
+    under MiniLM's WordPiece tokenizer, special tokens included, truncated at ``max_len``."""
+    from transformers import AutoTokenizer
+
+    from ...tasks.common.corpus import wikipedia_articles
+    from ..minilm import minilm_path
+
+    tokenizer = AutoTokenizer.from_pretrained(minilm_path())
+    encoded = tokenizer(wikipedia_articles()[:count], truncation=True, max_length=max_len)
+    return [len(ids) for ids in encoded["input_ids"]]
+
+
+def mixed_length_batches(lengths: list[int], batch: int, vocab_size: int, pad_token_id: int) -> tuple[list, list]:
+    """Random documents of ``lengths`` tokens (15% of tokens after the first labelled), ``batch`` per
+    step: (padded batches, each padded to its longest; packed batches, each one row from
+    ``DataCollatorWithFlattening`` with the flash-attention keywords)."""
+    from transformers import DataCollatorWithFlattening
+
+    features = []
+    for n in lengths:
+        ids = torch.randint(3, vocab_size, (n,))
+        labels = torch.where(torch.rand(n) < 0.15, ids, -100)
+        labels[0] = -100  # the collator separates packed sequences there
+        features.append({"input_ids": ids.tolist(), "labels": labels.tolist()})
+    groups = [features[i : i + batch] for i in range(0, len(features), batch)]
+    packer = DataCollatorWithFlattening(return_flash_attn_kwargs=True)
+    padded = []
+    for group in groups:
+        width = max(len(f["input_ids"]) for f in group)
+        shape = (len(group), width)
+        rows = {"input_ids": torch.full(shape, pad_token_id), "labels": torch.full(shape, -100),
+                "attention_mask": torch.zeros(shape, dtype=torch.long)}
+        for row, f in enumerate(group):
+            n = len(f["input_ids"])
+            rows["input_ids"][row, :n], rows["labels"][row, :n] = torch.tensor(f["input_ids"]), torch.tensor(f["labels"])
+            rows["attention_mask"][row, :n] = 1
+        padded.append(rows)
+    return padded, [packer(group) for group in groups]
+
+
+def mixed_length_timings(method: str, seq_len: int, *, lengths: list[int], options: dict[str, Any] | None = None,
+                         layers: int = 2, vocab_size: int = 1024, batch: int = 4, device: str = "cpu",
+                         dtype: str = "fp32", repeats: int = 1, warmup: int = 0) -> dict[str, float]:
+    """Seconds to take documents of ``lengths`` tokens through the model ``batch`` at a time, padded and
+    packed (:func:`mixed_length_batches`), as inference forwards and as training steps (medians of
+    ``repeats`` passes over all documents after ``warmup``); and the largest difference between the
+    eval logits of the two forms at the real tokens of the first batch (packing must not change them)."""
+    torch.manual_seed(0)
+    model = build_mlm_model(method, seq_len, layers, vocab_size, options).to(device)
+    dev, amp_dtype = torch.device(device), DTYPES[dtype]
+    padded, packed = mixed_length_batches(lengths, batch, vocab_size, model.config.pad_token_id)
+    padded, packed = ([{k: v.to(dev) if torch.is_tensor(v) else v for k, v in b.items()} for b in batches]
+                      for batches in (padded, packed))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
+
+    def passes(batches: list[dict[str, Any]], train: bool) -> Callable[[], None]:
+        def run() -> None:
+            model.train(train)
+            for inputs in batches:
+                with torch.set_grad_enabled(train), torch.autocast(dev.type, dtype=amp_dtype,
+                                                                    enabled=amp_dtype != torch.float32):
+                    loss = model(**inputs).loss
+                if train:
+                    loss.backward()
+                    optimizer.step()
+                    optimizer.zero_grad(set_to_none=True)
+
+        return run
+
+    model.eval()
+    with torch.no_grad():
+        real = padded[0]["attention_mask"].bool()
+        difference = (model(**packed[0]).logits[0] - model(**padded[0]).logits[real]).abs().max().item()
+    timings = {f"{form}_{call}_s": median_seconds(passes(batches, call == "train"), dev, repeats, warmup)
+               for call in ("forward", "train") for form, batches in (("padded", padded), ("packed", packed))}
+    return {**timings, "max_abs_logit_difference": difference}
