@@ -3,15 +3,18 @@ unless --dry_run, clear errors on bad input that write nothing."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import torch
 import transformers as T
-from hub_fixtures import BERT_BASE, REPO, ROBERTA_BASE, tiny_config
+from hub_fixtures import BERT_BASE, REPO, ROBERTA_BASE, bert_tokenizer, tiny_config
 from huggingface_hub import ModelCard
 
+import hf_efficient_attn as hea
 from hf_efficient_attn.hub import cli, push, push_variant
 from hf_efficient_attn.hub.export import resolve_repo_id, variant_name
 
@@ -63,6 +66,31 @@ def test_push_uploads_the_dry_run_folder_through_huggingface_hub(hub_variants, t
     assert not Path(upload_kwargs["folder_path"]).exists()  # the temporary folder is removed afterwards
     dry = Path(push_variant(src, "someone", dry_run=tmp_path / "dry", **options))
     assert uploaded == {p.name: p.read_bytes() for p in dry.iterdir()}
+
+
+def test_the_scripts_upload_flags_reach_the_hub(tmp_path, monkeypatch):
+    """push_to_hub.py's --private, --revision and --commit_message reach create_repo / create_branch /
+    upload_folder (HfApi mocked), the --model_dir variant goes to --repo_id; with --dry_run nothing is
+    uploaded and the folder is written there."""
+    monkeypatch.setattr(push, "HfApi", FakeHfApi)
+    monkeypatch.setattr(push, "get_token", lambda: "hf_test")
+    monkeypatch.setattr(ModelCard, "validate", lambda card, repo_type=None: None)
+    torch.manual_seed(0)
+    model = hea.patch_model(T.BertForMaskedLM(tiny_config("bert")), "performer", {"num_features": 16})
+    model.save_pretrained(tmp_path / "variant")
+    bert_tokenizer().save_pretrained(tmp_path / "variant")
+    flags = ["--model_dir", str(tmp_path / "variant"), "--repo_id", "someone/tiny", "--license", "mit"]
+    FakeHfApi.calls = []
+    cli.main([*flags, "--private", "--revision", "v2", "--commit_message", "my message"])
+    (_, created, create_kwargs), (_, branched, branch_kwargs), (_, upload_kwargs, uploaded) = FakeHfApi.calls
+    assert created == branched == upload_kwargs["repo_id"] == "someone/tiny" and create_kwargs["private"] is True
+    assert branch_kwargs["branch"] == upload_kwargs["revision"] == "v2"
+    assert upload_kwargs["commit_message"] == "my message"
+    assert json.loads(uploaded["config.json"])["attn_config"]["num_features"] == 16
+
+    FakeHfApi.calls = []
+    assert cli.main([*flags, "--dry_run", str(tmp_path / "dry")]) == str(tmp_path / "dry")
+    assert FakeHfApi.calls == [] and (tmp_path / "dry" / "model.safetensors").is_file()
 
 
 def test_push_needs_a_token_unless_dry_run(monkeypatch, tmp_path):
