@@ -372,6 +372,11 @@ def run_comparison(
         raise ValueError("run the comparison as one process (each method gets its own), not under torchrun")
     if training_args.max_steps <= 0:
         raise ValueError("give --max_steps N: every method trains the same number of steps")
+    if training_args.resume_from_checkpoint is not None:
+        raise ValueError(
+            "--resume_from_checkpoint does not apply to a comparison (every method would start from that one "
+            "checkpoint): rerun the same command, and each method resumes from its own last complete checkpoint"
+        )
     # Trainer takes a fraction of max_steps too; default: 10 evaluations.
     eval_steps = training_args.eval_steps or max(1, training_args.max_steps // 10)
     config = load_config(model_args)
