@@ -134,6 +134,55 @@ def test_fast_hash_is_sign_of_h_d3_h_d2_h_d1_x():
         assert torch.equal(Y.hadamard_codes(x, signs, num_hash, tau)[0, head], expected)
 
 
+def exact_rotations(signs):
+    """H D3 H D2 H D1 of every head and block as int64 (H, blocks, D, D), from its definition: the
+    integer matrices whose columns the fast hash projects on (row-vector form x^T D1 H D2 H D3 H)."""
+    size = signs.shape[-1]
+    hadamard = Y.sylvester_hadamard(size, signs.device, torch.float64).long()
+    d1, d2, d3 = signs.long().unbind(1)
+    return ((d1[..., :, None] * hadamard * d2[..., None, :]) @ hadamard * d3[..., None, :]) @ hadamard
+
+
+def vectors_on_hash_boundaries(signs, batch, seq, generator):
+    """(B, H, N, D) fp32 vectors 2^-23 (38833 r + e), r a column of the head's rotation and e in {-1, 0, 1}
+    zero for half the tokens: their projections on the other columns (orthogonal to r) are exactly
+    0 or small integers, ~1e-7 of the vector's norm. Returns the vectors and their exact integer
+    projections (B, H, N, blocks, D), on the default device (integer products on the CPU)."""
+    rotations = exact_rotations(signs.cpu())  # (H, blocks, D, D)
+    heads, _, size, _ = rotations.shape
+    columns = torch.randint(size, (batch, heads, seq), generator=generator, device="cpu")
+    picked = rotations[:, 0].transpose(-1, -2)[torch.arange(heads, device="cpu")[:, None], columns]  # (B, H, N, D)
+    noise = torch.randint(-1, 2, (batch, heads, seq, size), generator=generator, device="cpu")
+    noise[..., ::2, :] = 0
+    integers = 38833 * picked + noise  # < 2^24, exact in fp32 (|r| <= 216 in these draws)
+    device = torch.get_default_device()
+    return (integers.float() * 2.0**-23).to(device), torch.einsum("bhnd,hkde->bhnke", integers, rotations).to(device)
+
+
+def test_hash_bits_are_the_signs_of_the_exact_projections():
+    """Projections that are exactly 0 or ~1e-7 of the vector's norm: every bit is the sign of the
+    exact (integer) projection, so no summation order (a compiled graph's, another device's) and
+    no rounding of the l2 normalisation can flip it, in the hash function and in the module (which
+    hashes q and k as given: normalising by 38833 * 2^9 would round). In fp32, or on the normalised
+    vectors, codes come out wrong (both fail this test; so did the fp32 hash of the normalised q, k
+    behind a compiled model's 2.3e-3 difference, see test_methods_compile.py)."""
+    dim, num_hash, tau = 64, 8, 4  # D = 64: 16 codes per block, one block
+    generator = torch.Generator().manual_seed(0)  # CPU: the helper draws there
+    signs = Y.draw_hadamard_signs(HEADS, dim, num_hash, tau, generator, "cpu").to(torch.get_default_device())
+    x, exact = vectors_on_hash_boundaries(signs, 2, 24, generator)
+    want = Y._bits_to_codes((exact.flatten(-2)[..., : num_hash * tau] > 0).unflatten(-1, (num_hash, tau)))
+    assert torch.equal(Y.hadamard_codes(x, signs, num_hash, tau), want)
+    # The module: its eval output is the LSH estimate with exactly these codes.
+    module = build_method("yoso", {"hash_code_len": tau, "num_hash": num_hash}, AttentionShape(HEADS, dim, 128, 0)).eval()
+    q, exact_q = vectors_on_hash_boundaries(module.projections, 2, 24, generator)
+    k, exact_k = vectors_on_hash_boundaries(module.projections, 2, 24, generator)
+    v = torch.randn(2, HEADS, 24, dim, generator=generator, device="cpu").to(q.device)
+    codes = [Y._bits_to_codes((e.flatten(-2)[..., : num_hash * tau] > 0).unflatten(-1, (num_hash, tau)))
+             for e in (exact_q, exact_k)]
+    want = F.normalize(Y.lsh_collision_attention(unit(q), unit(k), v, *codes, tau), dim=-1)
+    torch.testing.assert_close(module(q, k, v, None, dim**-0.5), want, atol=1e-6, rtol=1e-6)
+
+
 # ----------------------------------------------------------------------------- yoso_e
 
 

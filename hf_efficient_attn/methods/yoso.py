@@ -73,6 +73,15 @@ EXACT_GRADIENT_EPS = 1e-6
 MIN_HADAMARD_SIZE = 32
 #: Largest tau for ``yoso``: codes are packed from bits exactly in fp32 (see _bits_to_codes).
 MAX_HASH_CODE_LEN = 24
+#: dtype of the hash projections. A bit is the sign of a projection, and a projection near zero
+#: takes the sign of its rounding error, so in fp32 a bit could depend on the summation order (a
+#: compiled graph's fused kernels, another device) and flip one token's bucket: a jump of the output,
+#: not a rounding difference. In float64 the products of fp32 (or fp16 / bf16) inputs with the
+#: fast hash's integer or the Gaussian fp32 entries are exact and the sum's rounding is ~1e-16
+#: relative, so the sign is that of the exact projection. The vectors hashed are the unnormalised
+#: q and k (sign(P x / |x|) = sign(P x)), so neither does the rounding of the l2 normalisation
+#: decide a bit.
+HASH_DTYPE = torch.float64
 GRADIENTS = ("lower_bound", "exact")
 
 YOSO_PAPER = Paper("You Only Sample (Almost) Once: Linear Cost Self-Attention Via Bernoulli Sampling",
@@ -159,8 +168,8 @@ def draw_hyperplanes(
 
 def hyperplane_codes(x: torch.Tensor, planes: torch.Tensor, hash_code_len: int) -> torch.Tensor:
     """(B, H, N, d) vectors, (H, d, m * tau) planes -> (B, H, N, m) codes: m * tau sign bits
-    split into m tau-bit codes (section 1.2)."""
-    bits = (x @ planes.to(x.dtype)) > 0
+    split into m tau-bit codes (section 1.2). Projected in float64 (see ``HASH_DTYPE``)."""
+    bits = (x.to(HASH_DTYPE) @ planes.to(HASH_DTYPE)) > 0
     return _bits_to_codes(bits.unflatten(-1, (-1, hash_code_len)))
 
 
@@ -191,8 +200,10 @@ def hadamard_codes(x: torch.Tensor, signs: torch.Tensor, num_hash: int, hash_cod
     block, independent of n) and project with one matrix product. That is the same projection as
     the fast Walsh-Hadamard transform's log2(D) butterfly passes, at O(d D) per vector instead of
     O(D log D), but faster on CPU for D = 64 (the butterflies are memory-bound passes over the
-    whole (B, H, N, blocks, D) tensor)."""
+    whole (B, H, N, blocks, D) tensor). Projected in float64 (see ``HASH_DTYPE``): the rotation's
+    entries are integers (|entry| <= D^2), so each product with an fp32 coordinate is exact."""
     size, per_block, _ = _hadamard_layout(x.shape[-1], num_hash, hash_code_len)
+    x = x.to(HASH_DTYPE)
     hadamard = sylvester_hadamard(size, x.device, x.dtype)
     d1, d2, d3 = signs.to(x.dtype).unbind(1)  # (H, blocks, D) each
     # Row-vector form: (H D3 H D2 H D1 x)^T = x^T D1 H D2 H D3 H (H and D symmetric).
@@ -434,16 +445,18 @@ class _YosoBase(AttentionMethod):
         super().__init__(options, shape)
         self.conv = depthwise_value_conv(shape.num_heads, options.conv_window)  # YOSO-C
 
-    def cumulate(self, q, k, v, mask):
-        """sum_j B(q_i, k_j) v_j (exact or sampled) for unit q, k; (B, H, N, D)."""
+    def cumulate(self, q, k, v, mask, raw_qk):
+        """sum_j B(q_i, k_j) v_j (exact or sampled) for unit q, k; (B, H, N, D). ``raw_qk``: q and k
+        as given, before normalisation (what ``yoso`` hashes)."""
         raise NotImplementedError
 
     def attend(self, q, k, v, key_padding_mask, scaling):
         # ``scaling`` is unused: YOSO works on unit-norm q, k (section 1.1).
         dtype = compute_dtype(q)  # arccos, powers and sums in fp32 under fp16 / bf16
+        raw_qk = (q, k)
         q, k, v = F.normalize(q.to(dtype), dim=-1), F.normalize(k.to(dtype), dim=-1), v.to(dtype)
         mask = None if key_padding_mask is None else key_padding_mask[:, None, :, None].to(dtype)
-        out = F.normalize(self.cumulate(q, k, v, mask), dim=-1)
+        out = F.normalize(self.cumulate(q, k, v, mask, raw_qk), dim=-1)
         if self.conv is not None:
             out = out + apply_value_conv(self.conv, v)
         return out
@@ -458,7 +471,7 @@ class YosoE(_YosoBase):
     cost = "O(n² d)"
     options_cls = YosoEOptions
 
-    def cumulate(self, q, k, v, mask):
+    def cumulate(self, q, k, v, mask, raw_qk):
         exact = self.options.gradient == "exact"
         return expected_collision_attention(q, k, v, self.options.hash_code_len, mask, exact)
 
@@ -486,12 +499,14 @@ class Yoso(_YosoBase):
         draw = draw_hadamard_signs if opts.use_fast_hash else draw_hyperplanes
         return draw(shape.num_heads, shape.head_dim, opts.num_hash, opts.hash_code_len, generator, device)
 
-    def cumulate(self, q, k, v, mask):
+    def cumulate(self, q, k, v, mask, raw_qk):
         opts = self.options
         with torch.no_grad():
             projections = self._draw_projections(device=q.device) if self.training else self.projections
+            # The unnormalised q, k: the same signs as the unit ones, without the normalisation's
+            # rounding (which a compiled graph does in another order; see HASH_DTYPE).
             if opts.use_fast_hash:
-                codes = [hadamard_codes(x, projections, opts.num_hash, opts.hash_code_len) for x in (q, k)]
+                codes = [hadamard_codes(x, projections, opts.num_hash, opts.hash_code_len) for x in raw_qk]
             else:
-                codes = [hyperplane_codes(x, projections, opts.hash_code_len) for x in (q, k)]
+                codes = [hyperplane_codes(x, projections, opts.hash_code_len) for x in raw_qk]
         return lsh_collision_attention(q, k, v, codes[0], codes[1], opts.hash_code_len, mask)
