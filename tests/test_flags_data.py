@@ -305,8 +305,8 @@ def comparison_stages(mlm, monkeypatch, output_dir, *extra, methods=("softmax", 
 def stage_datasets(monkeypatch, stage):
     """The training and validation sets of ``stage`` as its process makes them (run here, its Trainer captured)."""
 
-    def record(model, training_args, tokenizer, train_set, eval_set, callbacks=()):
-        raise Captured({"train_dataset": train_set, "eval_dataset": eval_set})
+    def record(model, training_args, tokenizer, train_set, eval_set, callbacks=(), padding_free=False):
+        raise Captured({"train_dataset": train_set, "eval_dataset": eval_set, "padding_free": padding_free})
 
     monkeypatch.setattr(compare, "mlm_trainer", record)
     with pytest.raises(Captured) as caught:
@@ -347,6 +347,14 @@ def test_comparison_hands_its_data_flags_to_each_method_run(mlm, monkeypatch, tm
         assert masked_rows(method_run[split]) == masked_rows(reference[split])
     if case == "hub":
         assert calls == [("someone/news", "en")] * 3  # the comparison, its method run, pretrain_mlm
+
+
+def test_comparison_hands_padding_free_to_each_method_run(mlm, monkeypatch, tmp_path):
+    """--padding_free reaches the Trainer of each method's run (packed batches there too)."""
+    for padding_free in (False, True):
+        stages = comparison_stages(mlm, monkeypatch, tmp_path / str(padding_free), "--train_file", mlm["train"],
+                                   "--line_by_line", *(["--padding_free"] if padding_free else []))  # fmt: skip
+        assert stage_datasets(monkeypatch, stages["linformer"])["padding_free"] is padding_free
 
 
 def test_comparison_stages_follow_methods_and_head_warmup_flags(mlm, monkeypatch, tmp_path):

@@ -257,7 +257,8 @@ def run_stage(stage: Stage) -> None:
         callbacks = []
     else:
         callbacks = [StepTimer(), StartWeights(stage.folder)]
-    trainer = mlm_trainer(model, stage.training_args, tokenizer, train_set, eval_set, callbacks)
+    trainer = mlm_trainer(model, stage.training_args, tokenizer, train_set, eval_set, callbacks,
+                          stage.data_args.padding_free)
     train_and_save(trainer, checkpoint, len(train_set))
     if not stage.head_only:
         write_rows(os.path.join(stage.folder, "results.csv"), evaluation_rows(stage.name, trainer.state.log_history))
