@@ -173,9 +173,10 @@ def test_longformer_softmax_keeps_refusing_output_attentions():
 
 
 @pytest.mark.parametrize("model_type", ["bert", "roberta"])
-def test_packed_inputs_within_the_table_run_and_equal_sdpa(model_type):
+def test_packed_inputs_within_the_table_run_and_equal_sdpa_on_each_sequence(model_type):
     """Two sequences packed into one row longer than the position table, positions restarting at
-    the second: every position is in the table, so the model runs, as Transformers' SDPA does."""
+    the second: every position is in the table, so the model runs, and each sequence gets what
+    Transformers' SDPA gives it alone (SDPA itself would let the two attend to each other)."""
     torch.manual_seed(0)
     sdpa = T.AutoModel.from_config(tiny_config(model_type), attn_implementation="sdpa").eval()
     patched = hea.patch_model(copy.deepcopy(sdpa), "softmax")
@@ -184,7 +185,8 @@ def test_packed_inputs_within_the_table_run_and_equal_sdpa(model_type):
     ids = torch.randint(5, VOCAB, (1, 190))
     assert ids.shape[1] > sdpa.config.max_position_embeddings
     with torch.no_grad():
-        expected = sdpa(input_ids=ids, position_ids=positions).last_hidden_state
+        expected = torch.cat([sdpa(input_ids=ids[:, :100]).last_hidden_state,
+                              sdpa(input_ids=ids[:, 100:]).last_hidden_state], dim=1)
         torch.testing.assert_close(patched(input_ids=ids, position_ids=positions).last_hidden_state, expected)
-    with pytest.raises(ValueError, match="position_ids reach 130, beyond the position table"):
-        patched(input_ids=ids[:, :131], position_ids=torch.arange(131)[None])
+    with pytest.raises(ValueError, match=f"position_ids reach {130 + offset}, beyond the position table"):
+        patched(input_ids=ids[:, :131], position_ids=torch.arange(131)[None] + offset)
