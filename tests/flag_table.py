@@ -233,6 +233,7 @@ FLAG_TESTS: dict[str, dict[str, str]] = {
         "opset": TEST_FLAGS_TOOLS + "test_export_flags_reach_the_export_and_the_checks",
     },
     "finetune_glue": {
+        "padding_free": TEST_GLUE_TASKS + "test_padding_free_packs_each_batch_and_keeps_logits_and_loss",
         "model_name_or_path": TEST_FLAGS_MODEL_TRAINING + "test_local_model_flags_reach_what_they_name",
         "attn_impl": TEST_FLAGS_MODEL_TRAINING + "test_local_model_flags_reach_what_they_name",
         "attn_config": TEST_FLAGS_MODEL_TRAINING + "test_local_model_flags_reach_what_they_name",
@@ -285,6 +286,7 @@ FLAG_TESTS: dict[str, dict[str, str]] = {
         "resume_from_checkpoint": TEST_FLAGS_MODEL_TRAINING + "test_training_flags_reach_the_trainer",
     },
     "finetune_wikihop": {
+        "padding_free": TEST_PACKING + "test_wikihop_refuses_padding_free",
         "model_name_or_path": TEST_FLAGS_MODEL_TRAINING + "test_local_model_flags_reach_what_they_name",
         "attn_impl": TEST_FLAGS_MODEL_TRAINING + "test_local_model_flags_reach_what_they_name",
         "attn_config": TEST_FLAGS_MODEL_TRAINING + "test_local_model_flags_reach_what_they_name",

@@ -8,6 +8,7 @@ import os
 
 import numpy as np
 import pytest
+import torch
 from glue_fixtures import single_sentence_rows, write_rows
 from glue_runs import make_workspace, predictions_file, read_rows, run
 from transformers import AutoTokenizer, EvalPrediction
@@ -216,3 +217,23 @@ def test_lengths_padding_and_sample_limits(workspace, monkeypatch, tmp_path):
         assert len(padded["train_dataset"]) == 7 and len(padded["eval_dataset"]) == 3
         gold = [int(r["label"]) for r in read_rows(files["validation"])[:3]]
         assert list(padded["eval_dataset"]["labels"]) == gold
+
+
+@pytest.mark.parametrize("task", ["mrpc", "stsb"])
+def test_padding_free_packs_each_batch_and_keeps_logits_and_loss(workspace, monkeypatch, tmp_path, task):
+    """finetune_glue.py --padding_free: examples are left unpadded and each batch is one packed row,
+    whose logits (one row per example) and loss equal those of the same examples padded; classes
+    and regression alike."""
+    from transformers import DataCollatorWithPadding
+
+    trainer = captured_glue(workspace, monkeypatch, tmp_path, task, padding_free=True)
+    examples = [trainer["train_dataset"][i] for i in range(6)]
+    assert len({len(e["input_ids"]) for e in examples}) > 1  # not padded to one length
+    packed = trainer["data_collator"](examples)
+    padded = DataCollatorWithPadding(trainer["processing_class"])(examples)
+    assert packed["input_ids"].shape == (1, sum(len(e["input_ids"]) for e in examples))
+    model = trainer["model"].eval()
+    with torch.no_grad():
+        packed_out, padded_out = model(**packed), model(**padded)
+    torch.testing.assert_close(packed_out.logits, padded_out.logits, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(packed_out.loss, padded_out.loss, atol=1e-5, rtol=1e-4)

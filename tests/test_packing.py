@@ -316,3 +316,42 @@ def test_document_lengths_are_real_token_counts():
     tokenizer = AutoTokenizer.from_pretrained(minilm_path())
     full = [len(tokenizer(text)["input_ids"]) for text in wikipedia_articles()[:6]]
     assert lengths == [min(n, 2048) for n in full] and max(full) > 2048 > min(full)
+
+
+@pytest.mark.parametrize("model_type", PACKED_ARCHITECTURES)
+def test_packed_sequence_classification_scores_each_sequence(model_type):
+    """A sequence classifier given a packed row returns one row of logits per sequence, equal to each
+    sequence's own (the head reads every sequence's first token, BERT's pooler included); its loss
+    is the mean over the sequences; unpatched, the model is plain again (no hook left)."""
+    config = tiny_config(model_type, initializer_range=0.3, max_position_embeddings=140, num_labels=3)
+    model = hea.AutoModelForSequenceClassification.from_config(config, attn_impl="mra2",
+                                                               attn_config=SMALL_BUDGETS["mra2"]).eval()  # fmt: skip
+    seqs = sequences()
+    labels = torch.tensor([2, 0, 1])
+    with torch.no_grad():
+        packed = model(**pack(seqs, return_flash_attn_kwargs=True), labels=labels)
+        alone = torch.cat([model(input_ids=s[None]).logits for s in seqs])
+        torch.testing.assert_close(packed.logits, alone, atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(packed.loss, torch.nn.functional.cross_entropy(alone, labels), atol=1e-5, rtol=1e-4)
+        hea.unpatch_model(model)
+        assert not model.base_model.encoder._forward_hooks and model(**pack(seqs)).logits.shape == (1, 3)
+
+
+def test_sequence_label_flattening_keeps_token_types_and_one_label_per_example():
+    from hf_efficient_attn.tasks.common.packing import SequenceLabelFlattening
+
+    features = [{"input_ids": [5, 6, 7], "token_type_ids": [0, 0, 1], "labels": 2},
+                {"input_ids": [8, 9], "token_type_ids": [0, 1], "labels": 0}]  # fmt: skip
+    batch = SequenceLabelFlattening()(features)
+    assert batch["input_ids"].tolist() == [[5, 6, 7, 8, 9]] and batch["token_type_ids"].tolist() == [[0, 0, 1, 0, 1]]
+    assert batch["position_ids"].tolist() == [[0, 1, 2, 0, 1]] and batch["cu_seq_lens_q"].tolist() == [0, 3, 5]
+    assert batch["labels"].tolist() == [2, 0]
+
+
+def test_wikihop_refuses_padding_free(tmp_path):
+    from hf_efficient_attn.tasks.wikihop.finetune import WikiHopDataArguments
+
+    train = tmp_path / "train.json"
+    train.write_text("[]")
+    with pytest.raises(ValueError, match="--padding_free does not apply to WikiHop"):
+        WikiHopDataArguments(train_file=str(train), padding_free=True)

@@ -166,6 +166,19 @@ def key_padding_mask_function(
     return attention_mask[:, None, None, -kv_length:].to(torch.bool)
 
 
+def one_row_per_sequence(module: nn.Module, args: tuple, kwargs: dict[str, Any], output: Any) -> Any:
+    """Forward hook (``with_kwargs``) of the encoder of a sequence-level model (``patching.py``): the
+    last hidden states of packed rows become one row per sequence, so that the head, which reads
+    each row's first token (BERT's pooler, RoBERTa's classifier), reads every sequence's."""
+    hidden = output.last_hidden_state
+    batch, seq_len, _ = hidden.shape
+    mask = kwargs.get("attention_mask", args[1] if len(args) > 1 else None)
+    segments = packed_segments(kwargs, key_padding_mask_from(mask, batch, seq_len), batch, seq_len)
+    if segments is not None:
+        output.last_hidden_state = segments.unpack_tokens(hidden)
+    return output
+
+
 def register_with_transformers(name: str) -> None:
     """Make ``attn_implementation=name`` work in plain Transformers, under the bare name and the
     name saved in config.json (``registry.saved_attn_implementation``)."""

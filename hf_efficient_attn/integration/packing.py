@@ -48,9 +48,12 @@ class Segments:
 
     def unpack(self, x: torch.Tensor) -> torch.Tensor:
         """(B, H, N, D) packed -> (count, H, length, D), one sequence per row."""
-        batch, heads, seq_len, dim = x.shape
-        rows = x.transpose(1, 2).reshape(batch * seq_len, heads, dim).index_select(0, self.slot_to_token)
-        return rows.view(self.count, self.length, heads, dim).transpose(1, 2)
+        return self.unpack_tokens(x.transpose(1, 2)).transpose(1, 2)
+
+    def unpack_tokens(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, N, ...) packed -> (count, length, ...), one sequence per row."""
+        rows = x.reshape(-1, *x.shape[2:]).index_select(0, self.slot_to_token)
+        return rows.view(self.count, self.length, *x.shape[2:])
 
     def repack(self, out: torch.Tensor, batch: int, seq_len: int) -> torch.Tensor:
         """(count, H, length, D) -> (B, H, N, D), each token's output back in its place."""

@@ -31,7 +31,7 @@ from transformers.utils.output_capturing import _CAN_RECORD_REGISTRY
 
 from ..methods.base import METHOD_ATTRIBUTE, AttentionMethod, is_tracing
 from ..registry import build_method, list_methods, method_named_by, resolve_method, saved_attn_implementation
-from .bridge import RETURN_PROBABILITIES, check_supported, layer_shape, self_attention_modules
+from .bridge import RETURN_PROBABILITIES, check_supported, layer_shape, one_row_per_sequence, self_attention_modules
 from .longformer import EfficientLongformerSelfAttention
 from .packing import PACKING_KEYWORDS, sequence_starts, shift_packed_positions
 from .positions import max_tokens, position_offset
@@ -41,6 +41,8 @@ logger = logging.getLogger(__name__)
 _EFFICIENT_CLASSES: dict[type, type] = {}
 #: Attribute of a patched model: the attention implementation to restore when it is unpatched.
 _RESTORE_ATTRIBUTE = "_hea_restore_attn_implementation"
+#: Attribute of a patched sequence-level model: the handle of its encoder's packed-row hook.
+_SEQUENCE_HOOK_ATTRIBUTE = "_hea_sequence_hook"
 
 
 class EfficientModelMixin:
@@ -243,6 +245,10 @@ def patch_model(
     # public registration exists); kept in step with the pinned Transformers range (setup.cfg).
     _CAN_RECORD_REGISTRY[model] = model._can_record_outputs
     setattr(model, _RESTORE_ATTRIBUTE, restore)
+    if type(model).__name__.endswith("ForSequenceClassification") and config.model_type != "longformer":
+        # The head reads each row's first token: packed rows reach it one row per sequence (bridge.py).
+        hook = model.base_model.encoder.register_forward_hook(one_row_per_sequence, with_kwargs=True)
+        setattr(model, _SEQUENCE_HOOK_ATTRIBUTE, hook)
     config.attn_impl, config.attn_config = attn_impl, options
     # Saved to config.json, where plain Transformers reads it as the attention to run (registry.py).
     config.attn_implementation = saved_attn_implementation(attn_impl)
@@ -260,6 +266,9 @@ def unpatch_model(model: PreTrainedModel, restore: str | dict | None = None) -> 
         delattr(module, METHOD_ATTRIBUTE)
         if isinstance(module, EfficientLongformerSelfAttention):
             module.__class__ = LongformerSelfAttention
+    if hasattr(model, _SEQUENCE_HOOK_ATTRIBUTE):
+        getattr(model, _SEQUENCE_HOOK_ATTRIBUTE).remove()
+        delattr(model, _SEQUENCE_HOOK_ATTRIBUTE)
     restore = restore or getattr(model, _RESTORE_ATTRIBUTE, None) or "sdpa"
     del model.config.attn_impl, model.config.attn_config, model.config.attn_implementation
     delattr(model, _RESTORE_ATTRIBUTE)

@@ -47,6 +47,7 @@ from .common.args import (
 from .common.data import first_rows, load_raw_datasets, mean_length
 from .common.driver import (
     CrashSafeTrainer,
+    check_padding_free,
     check_run,
     evaluate_and_save,
     load_config,
@@ -60,6 +61,7 @@ from .common.driver import (
 )
 from .common.loss import global_mean_loss
 from .common.metrics import SCORE_NAMES, SequenceClassificationMetrics
+from .common.packing import SequenceLabelFlattening
 
 logger = logging.getLogger("hf_efficient_attn.tasks")
 
@@ -139,7 +141,8 @@ class GlueDataArguments(DataArguments):
     pad_to_max_length: bool = field(
         default=True,
         metadata={
-            "help": "Pad every example to max_seq_length; with --no_pad_to_max_length, pad each batch to its longest."
+            "help": "Pad every example to max_seq_length; with --no_pad_to_max_length, pad each batch to its longest "
+            "(--padding_free packs instead of either)."
         },
     )
     max_predict_samples: int | None = field(
@@ -321,7 +324,9 @@ def run_glue(
     """Tokenise, fine-tune, evaluate, predict and save as ``run_glue.py``; returns all metrics.
     ``callbacks`` are added to the Trainer's."""
     check_run(training_args, stages=("do_train", "do_eval", "do_predict"))
-    check_max_seq_length(data_args.max_seq_length, max_tokens(load_config(model_args)))
+    config = load_config(model_args)
+    check_max_seq_length(data_args.max_seq_length, max_tokens(config))
+    check_padding_free(data_args.padding_free, model_args.attn_impl or getattr(config, "attn_impl", None))
     checkpoint = start_run(training_args)
 
     raw = load_glue_splits(data_args, model_args.cache_dir, model_args.token)
@@ -351,7 +356,7 @@ def run_glue(
         task,
         names,
         max_length,
-        data_args.pad_to_max_length,
+        data_args.pad_to_max_length and not data_args.padding_free,
         num_proc=data_args.preprocessing_num_workers,
         load_from_cache_file=not data_args.overwrite_cache,
         main_process_first=training_args.main_process_first(desc="tokenising"),
@@ -365,7 +370,9 @@ def run_glue(
             if split in tokenized
         }
     metric = task.metric if task else ("mse" if regression else "accuracy")
-    if data_args.pad_to_max_length:
+    if data_args.padding_free:
+        collator = SequenceLabelFlattening()
+    elif data_args.pad_to_max_length:
         collator = default_data_collator
     else:
         multiple = 8 if training_args.fp16 or training_args.bf16 else None

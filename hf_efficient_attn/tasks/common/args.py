@@ -231,6 +231,14 @@ class DataArguments:
         default=None, metadata={"help": "Processes for tokenisation (datasets.map num_proc)."}
     )
     overwrite_cache: bool = field(default=False, metadata={"help": "Recompute cached tokenised datasets."})
+    padding_free: bool = field(
+        default=False,
+        metadata={
+            "help": "Pack each batch into one row without padding (transformers.DataCollatorWithFlattening), so a "
+            "step costs its real tokens; the method's attention keeps the sequences apart (docs/packing.md). Needs "
+            "an attention method of this package: Transformers' own attention would mix them."
+        },
+    )
 
     def __post_init__(self) -> None:
         local = (self.train_file, self.validation_file, getattr(self, "test_file", None))  # GLUE has a test file

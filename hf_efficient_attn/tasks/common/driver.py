@@ -99,6 +99,16 @@ def check_run(training_args: TrainingArguments, stages: Sequence[str] = ("do_tra
         raise ValueError(f"--resume_from_checkpoint {resume!r}: no such folder")
 
 
+def check_padding_free(padding_free: bool, attn_impl: str | None) -> None:
+    """``--padding_free`` needs this package's attention (``attn_impl``), which keeps packed
+    sequences apart."""
+    if padding_free and attn_impl is None:
+        raise ValueError(
+            "--padding_free needs an attention method of this package (--attn_impl, e.g. softmax or mra2): "
+            "Transformers' own attention would let the packed sequences attend to each other"
+        )
+
+
 def load_config(model_args: ModelArguments, **config_kwargs: Any) -> PretrainedConfig:
     """The checkpoint's config (``--config_name`` or ``--model_name_or_path``): read first, so that a
     model that cannot be found is an error before any data or weights are loaded."""

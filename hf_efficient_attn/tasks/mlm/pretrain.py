@@ -17,7 +17,6 @@ from typing import Sequence
 from transformers import (
     DataCollatorForLanguageModeling,
     DataCollatorForTokenClassification,
-    DataCollatorWithFlattening,
     PreTrainedModel,
     PreTrainedTokenizerBase,
     TrainerCallback,
@@ -30,6 +29,7 @@ from ..common.args import DataArguments, ModelArguments, block_length, check_max
 from ..common.data import first_rows, load_raw_datasets, mean_length, text_column, tokenize_in_blocks, tokenize_lines
 from ..common.driver import (
     CrashSafeTrainer,
+    check_padding_free,
     check_run,
     evaluate_and_save,
     load_config,
@@ -44,6 +44,7 @@ from ..common.driver import (
 from ..common.loss import global_mean_loss
 from ..common.masking import DeterministicallyMaskedDataset, MaskingEpochCallback
 from ..common.metrics import masked_token_accuracy, predicted_tokens
+from ..common.packing import flattening_collator
 
 logger = logging.getLogger("hf_efficient_attn.tasks")
 
@@ -65,14 +66,6 @@ class MLMDataArguments(DataArguments):
     eval_mask_seed: int = field(
         default=0,
         metadata={"help": "Seed of the validation masks (fixed, independent of --seed, so runs are comparable)."},
-    )
-    padding_free: bool = field(
-        default=False,
-        metadata={
-            "help": "Pack each batch into one row without padding (transformers.DataCollatorWithFlattening), so "
-            "a step costs its real tokens; the method's attention keeps the sequences apart (needs an attention "
-            "method of this package: Transformers' own attention would mix them). Pays off with --line_by_line."
-        },
     )
 
     def __post_init__(self) -> None:
@@ -139,13 +132,8 @@ def mlm_trainer(
     """The crash-safe Trainer of masked-LM training: the step's global mean loss, masked-token
     accuracy on ``eval_set``, and the masks' epoch kept in step with training; ``padding_free``
     packs each batch into one row (``--padding_free``)."""
-    # Padded: input_ids with the pad token and labels with -100 (blocks need none; lines do). Packed:
-    # the flash-attention keywords too, whose shapes let a compiled model unpack (integration/packing.py).
-    collator = (
-        DataCollatorWithFlattening(return_flash_attn_kwargs=True)
-        if padding_free
-        else DataCollatorForTokenClassification(tokenizer)
-    )
+    # Padded: input_ids with the pad token and labels with -100 (blocks need none; lines do).
+    collator = flattening_collator() if padding_free else DataCollatorForTokenClassification(tokenizer)
     return CrashSafeTrainer(
         model=model,
         args=training_args,
@@ -168,16 +156,6 @@ def check_mlm_run(training_args: TrainingArguments) -> None:
         raise ValueError(
             "--dataloader_persistent_workers keeps each worker's copy of the training set, so the masks would not "
             "change between epochs; leave it off"
-        )
-
-
-def check_padding_free(padding_free: bool, attn_impl: str | None) -> None:
-    """``--padding_free`` needs this package's attention (``attn_impl``), which keeps packed
-    sequences apart."""
-    if padding_free and attn_impl is None:
-        raise ValueError(
-            "--padding_free needs an attention method of this package (--attn_impl, e.g. softmax or mra2): "
-            "Transformers' own attention would let the packed sequences attend to each other"
         )
 
 

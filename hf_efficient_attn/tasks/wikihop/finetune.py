@@ -92,6 +92,12 @@ class WikiHopDataArguments(DataArguments):
     def __post_init__(self) -> None:
         super().__post_init__()
         check_positive_flags(self, "max_chunks")
+        if self.padding_free:
+            raise ValueError(
+                "--padding_free does not apply to WikiHop: an example's chunks are scored together, candidate by "
+                "candidate, which packed rows do not keep; its batches stay padded (to their longest without "
+                "--pad_to_max_length)"
+            )
 
 
 class CandidateAccuracy:
