@@ -29,6 +29,7 @@ from transformers import (
 )
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 
+from ...registry import resolve_method
 from ...utils.cpu_allocator import keep_freed_memory
 from .args import ModelArguments
 from .provenance import data_description, source_record, write_provenance
@@ -99,10 +100,10 @@ def check_run(training_args: TrainingArguments, stages: Sequence[str] = ("do_tra
         raise ValueError(f"--resume_from_checkpoint {resume!r}: no such folder")
 
 
-def check_padding_free(padding_free: bool, attn_impl: str | None) -> None:
-    """``--padding_free`` needs this package's attention (``attn_impl``), which keeps packed
-    sequences apart."""
-    if padding_free and attn_impl is None:
+def check_padding_free(padding_free: bool, model_args: ModelArguments, config: PretrainedConfig) -> None:
+    """``--padding_free`` needs this package's attention (``--attn_impl`` or the method saved in
+    ``config``), which keeps packed sequences apart."""
+    if padding_free and resolve_method(config, model_args.attn_impl) is None:
         raise ValueError(
             "--padding_free needs an attention method of this package (--attn_impl, e.g. softmax or mra2): "
             "Transformers' own attention would let the packed sequences attend to each other"

@@ -169,7 +169,7 @@ def run_mlm(
     added to the Trainer's."""
     check_mlm_run(training_args)
     config = load_config(model_args)
-    check_padding_free(data_args.padding_free, model_args.attn_impl or getattr(config, "attn_impl", None))
+    check_padding_free(data_args.padding_free, model_args, config)
     model_limit = max_tokens(config)
     check_max_seq_length(data_args.max_seq_length, model_limit)
     checkpoint = start_run(training_args)
