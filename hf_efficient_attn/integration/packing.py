@@ -84,6 +84,13 @@ def sequence_starts(kwargs: dict[str, Any], batch: int, seq_len: int) -> torch.T
     return starts
 
 
+def sequence_start_index(starts: torch.Tensor) -> torch.Tensor:
+    """For each token, the index (along the last dimension) of its sequence's first token, from
+    :func:`sequence_starts`' flags."""
+    index = torch.arange(starts.shape[-1], device=starts.device).expand_as(starts)
+    return torch.where(starts, index, 0).cummax(-1).values
+
+
 def packed_segments(
     kwargs: dict[str, Any], key_padding_mask: torch.Tensor | None, batch: int, seq_len: int
 ) -> Segments | None:
@@ -102,8 +109,7 @@ def packed_segments(
     flat = starts.flatten()
     sequence = flat.long().cumsum(0) - 1  # each token's sequence
     positions = torch.arange(flat.numel(), device=flat.device)
-    first = torch.where(flat, positions, 0).cummax(0).values  # each token's sequence start
-    offset = positions - first
+    offset = positions - sequence_start_index(flat)
     if traced_shape:
         count, length = kwargs["cu_seq_lens_q"].shape[0] - 1, int(kwargs["max_length_q"])
     else:
@@ -129,9 +135,7 @@ def shift_packed_positions(
     that starts elsewhere (checked when not tracing)."""
     batch, seq_len = position_ids.shape
     starts = sequence_starts({"position_ids": position_ids}, batch, seq_len)
-    columns = torch.arange(seq_len, device=position_ids.device).expand(batch, seq_len)
-    first = torch.where(starts, columns, 0).cummax(1).values
-    start_value = position_ids.gather(1, first)
+    start_value = position_ids.gather(1, sequence_start_index(starts))
     shifted = position_ids + offset * (start_value == 0)
     if not is_tracing():
         real = torch.ones_like(starts) if attention_mask is None else attention_mask.bool()

@@ -100,9 +100,9 @@ def run(args: BenchmarkArguments) -> list[dict[str, Any]]:
 
     if args.compile or args.onnx or args.mixed_lengths:
         kind = "compile" if args.compile else "onnx" if args.onnx else "mixed_lengths"
-        extra = {"train": args.train} if args.compile else {}
-        if args.mixed_lengths:
-            extra = {"lengths": document_lengths(MIXED_DOCUMENTS, max(args.seq_lens))}
+        extra = ({"train": args.train} if args.compile
+                 else {"lengths": document_lengths(MIXED_DOCUMENTS, max(args.seq_lens))} if args.mixed_lengths
+                 else {})  # fmt: skip
         seq_lens = [max(args.seq_lens)] if args.mixed_lengths else args.seq_lens
         jobs = [job(m, kind=kind, seq_len=n, layers=args.layers, vocab_size=args.vocab_size, **extra)
                 for n in seq_lens for m in args.measured]
