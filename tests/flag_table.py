@@ -48,6 +48,8 @@ def script_main(script: str) -> Callable:
     target = SCRIPT_MAINS[script]
     if target.endswith(".py"):
         path = os.path.join(REPO, target)
+        if os.path.dirname(path) not in sys.path:  # as when run: the script's folder is importable
+            sys.path.insert(0, os.path.dirname(path))
         spec = importlib.util.spec_from_file_location(f"_script_{script}", path)
         module = importlib.util.module_from_spec(spec)
         sys.modules[spec.name] = module  # dataclasses look their module up while being built
@@ -128,8 +130,8 @@ TEST_PRESETS = "tests/test_presets.py::"
 TEST_PROVENANCE = "tests/test_provenance.py::"
 TEST_WIKIHOP = "tests/test_wikihop.py::"
 
-#: The model and training flags the four training scripts share, read by shared code and tested once.
-SHARED_BY_TRAINING_SCRIPTS = {
+#: The model flags (ModelArguments) of the training scripts and convert_to_long, read by shared code.
+MODEL_FLAG_TESTS = {
     "model_name_or_path": TEST_FLAGS_MODEL_TRAINING + "test_local_model_flags_reach_what_they_name",
     "attn_config": TEST_FLAGS_MODEL_TRAINING + "test_local_model_flags_reach_what_they_name",
     "config_name": TEST_FLAGS_MODEL_TRAINING + "test_local_model_flags_reach_what_they_name",
@@ -139,6 +141,9 @@ SHARED_BY_TRAINING_SCRIPTS = {
     "model_revision": TEST_FLAGS_MODEL_TRAINING + "test_revision_cache_dir_and_token_reach_config_tokenizer_and_weights",
     "token": TEST_FLAGS_MODEL_TRAINING + "test_revision_cache_dir_and_token_reach_config_tokenizer_and_weights",
     "trust_remote_code": TEST_FLAGS_MODEL_TRAINING + "test_local_model_flags_reach_what_they_name",
+}
+#: The TrainingArguments flags the four training scripts share, read by shared code.
+TRAINING_FLAG_TESTS = {
     "output_dir": TEST_FLAGS_MODEL_TRAINING + "test_training_flags_reach_the_trainer",
     "per_device_train_batch_size": TEST_FLAGS_MODEL_TRAINING + "test_training_flags_reach_the_trainer",
     "num_train_epochs": TEST_FLAGS_MODEL_TRAINING + "test_training_flags_reach_the_trainer",
@@ -180,7 +185,8 @@ FLAG_TESTS: dict[str, dict[str, str]] = {
         "output_dir": TEST_FLAGS_BENCH_QUALITY + "test_attention_benchmark_flags_reach_each_call",
     },
     "compare_methods": {
-        **SHARED_BY_TRAINING_SCRIPTS,
+        **MODEL_FLAG_TESTS,
+        **TRAINING_FLAG_TESTS,
         "attn_impl": TEST_COMPARE + "test_bad_flags_are_one_line_errors",
         "dataset_name": TEST_FLAGS_DATA + "test_comparison_hands_its_data_flags_to_each_method_run",
         "dataset_config_name": TEST_FLAGS_DATA + "test_comparison_hands_its_data_flags_to_each_method_run",
@@ -209,16 +215,8 @@ FLAG_TESTS: dict[str, dict[str, str]] = {
         "resume_from_checkpoint": TEST_FLAGS_MODEL_TRAINING + "test_run_flags_are_read_before_loading",
     },
     "convert_to_long": {
-        "model_name_or_path": TEST_FLAGS_MODEL_TRAINING + "test_local_model_flags_reach_what_they_name",
+        **MODEL_FLAG_TESTS,
         "attn_impl": TEST_FLAGS_MODEL_TRAINING + "test_local_model_flags_reach_what_they_name",
-        "attn_config": TEST_FLAGS_MODEL_TRAINING + "test_local_model_flags_reach_what_they_name",
-        "config_name": TEST_FLAGS_MODEL_TRAINING + "test_local_model_flags_reach_what_they_name",
-        "tokenizer_name": TEST_FLAGS_MODEL_TRAINING + "test_local_model_flags_reach_what_they_name",
-        "cache_dir": TEST_FLAGS_MODEL_TRAINING + "test_revision_cache_dir_and_token_reach_config_tokenizer_and_weights",
-        "use_fast_tokenizer": TEST_FLAGS_MODEL_TRAINING + "test_local_model_flags_reach_what_they_name",
-        "model_revision": TEST_FLAGS_MODEL_TRAINING + "test_revision_cache_dir_and_token_reach_config_tokenizer_and_weights",
-        "token": TEST_FLAGS_MODEL_TRAINING + "test_revision_cache_dir_and_token_reach_config_tokenizer_and_weights",
-        "trust_remote_code": TEST_FLAGS_MODEL_TRAINING + "test_local_model_flags_reach_what_they_name",
         "output_dir": TEST_FLAGS_TOOLS + "test_convert_flags_length_seed_base_model_and_output_dir",
         "max_length": TEST_FLAGS_TOOLS + "test_convert_flags_length_seed_base_model_and_output_dir",
         "seed": TEST_FLAGS_TOOLS + "test_convert_flags_length_seed_base_model_and_output_dir",
@@ -238,7 +236,8 @@ FLAG_TESTS: dict[str, dict[str, str]] = {
         "opset": TEST_FLAGS_TOOLS + "test_export_flags_reach_the_export_and_the_checks",
     },
     "finetune_glue": {
-        **SHARED_BY_TRAINING_SCRIPTS,
+        **MODEL_FLAG_TESTS,
+        **TRAINING_FLAG_TESTS,
         "padding_free": TEST_GLUE_TASKS + "test_padding_free_packs_each_batch_and_keeps_logits_and_loss",
         "attn_impl": TEST_FLAGS_MODEL_TRAINING + "test_local_model_flags_reach_what_they_name",
         "dataset_name": TEST_FLAGS_DATA + "test_dataset_name_and_config_are_what_is_loaded",
@@ -270,7 +269,8 @@ FLAG_TESTS: dict[str, dict[str, str]] = {
         "resume_from_checkpoint": TEST_FLAGS_MODEL_TRAINING + "test_training_flags_reach_the_trainer",
     },
     "finetune_wikihop": {
-        **SHARED_BY_TRAINING_SCRIPTS,
+        **MODEL_FLAG_TESTS,
+        **TRAINING_FLAG_TESTS,
         "padding_free": TEST_PACKING + "test_wikihop_refuses_padding_free",
         "attn_impl": TEST_FLAGS_MODEL_TRAINING + "test_local_model_flags_reach_what_they_name",
         "dataset_name": TEST_FLAGS_DATA + "test_dataset_name_and_config_are_what_is_loaded",
@@ -315,7 +315,8 @@ FLAG_TESTS: dict[str, dict[str, str]] = {
         "min_words": TEST_FLAGS_TOOLS + "test_prepare_wikipedia_flags",
     },
     "pretrain_mlm": {
-        **SHARED_BY_TRAINING_SCRIPTS,
+        **MODEL_FLAG_TESTS,
+        **TRAINING_FLAG_TESTS,
         "attn_impl": TEST_FLAGS_MODEL_TRAINING + "test_local_model_flags_reach_what_they_name",
         "dataset_name": TEST_MLM + "test_dataset_name_and_config_are_what_is_loaded",
         "dataset_config_name": TEST_MLM + "test_dataset_name_and_config_are_what_is_loaded",
