@@ -1,4 +1,4 @@
-"""scripts/mutation_check.py's list can run: each mutation's text occurs exactly once in its file (else
+"""scripts/mutations.py's list can run: each mutation's text occurs exactly once in its file (else
 the check stops there), and each names test files that exist."""
 
 import os
@@ -7,12 +7,12 @@ import sys
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "scripts"))
 
-import mutation_check  # noqa: E402
+import mutations  # noqa: E402
 
 
 def test_every_mutation_applies_once_and_names_existing_test_files():
     problems = []
-    for mutation in mutation_check.MUTATIONS:
+    for mutation in mutations.MUTATIONS:
         with open(os.path.join(REPO, mutation.path), encoding="utf-8") as f:
             count = f.read().count(mutation.original)
         if count != 1:
