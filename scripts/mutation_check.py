@@ -8,7 +8,7 @@ the tests caught and which survived. Exits 1 if any survived (or the unmutated t
     python scripts/mutation_check.py --slow            # also those only the slow tier can catch
 
 A developer tool (a run takes tens of minutes on 2 cores), not part of CI: run it on a module
-after changing it or its tests, and add a line to MUTATIONS (scripts/mutations.py) for every promise
+after changing it or its tests, and add a line to MUTATIONS (tests/mutations.py) for every promise
 a new test guards.
 """
 
@@ -22,9 +22,9 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 
-from mutations import MUTATIONS, Mutation
-
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "tests"))  # the list lives beside the tests it names
+from mutations import MUTATIONS, Mutation  # noqa: E402
 #: What a copy needs to run the tests (no .git, no virtual environment, no outputs).
 COPIED = ("hf_efficient_attn", "model_cards", "tests", "scripts", "configs", "setup.cfg", "pyproject.toml")
 

@@ -48,8 +48,6 @@ def script_main(script: str) -> Callable:
     target = SCRIPT_MAINS[script]
     if target.endswith(".py"):
         path = os.path.join(REPO, target)
-        if os.path.dirname(path) not in sys.path:  # as when run: the script's folder is importable
-            sys.path.insert(0, os.path.dirname(path))
         spec = importlib.util.spec_from_file_location(f"_script_{script}", path)
         module = importlib.util.module_from_spec(spec)
         sys.modules[spec.name] = module  # dataclasses look their module up while being built

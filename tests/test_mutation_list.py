@@ -1,13 +1,11 @@
-"""scripts/mutations.py's list can run: each mutation's text occurs exactly once in its file (else
+"""tests/mutations.py's list can run: each mutation's text occurs exactly once in its file (else
 the check stops there), and each names test files that exist."""
 
 import os
-import sys
+
+import mutations
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(REPO, "scripts"))
-
-import mutations  # noqa: E402
 
 
 def test_every_mutation_applies_once_and_names_existing_test_files():

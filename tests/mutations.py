@@ -1,4 +1,4 @@
-"""The mutations of scripts/mutation_check.py: one-line bugs, each with the tests that must catch it.
+"""The mutations that scripts/mutation_check.py runs: one-line bugs, each with the tests that must catch it.
 Add one for every promise a new test guards (``tests/test_mutation_list.py`` checks each applies)."""
 
 from __future__ import annotations
