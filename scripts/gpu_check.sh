@@ -42,11 +42,13 @@ mkdir -p "$results"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$dir"/whl/*.whl
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 
-stages=" ${STAGES:-tests attention attention_flex model mlm model_flex compile} "  # a subset: STAGES="..."
+all_stages="tests attention attention_gather attention_flex model mlm_mra2 mlm_mra2_fsdp model_flex mlm_sdpa compile
+compile_forward compile_parts profile"
+stages=" $(echo ${STAGES:-$all_stages}) "  # a subset: STAGES="tests profile"
 
 stage() {  # stage NAME SECONDS COMMAND...: run under a time limit, log, pack the results
   local name=$1 limit=$2; shift 2
-  [[ $stages == *" ${name%%_*} "* || $stages == *" $name "* ]] || return 0
+  [[ $stages == *" $name "* ]] || return 0
   local start=$SECONDS
   echo "=== $name (limit ${limit}s)"
   timeout "$limit" "$@" >"$results/$name.log" 2>&1
@@ -62,16 +64,18 @@ transformers.__version__, triton.__version__, accelerate.__version__, torch.cuda
 cat "$results/versions.txt" | tail -n 3
 
 # Only the modules with device tests: the others import packages that machine may lack.
-stage tests 150 python3 -m pytest --device cuda -q -n 8 -p no:cacheprovider --durations=10 \
+stage tests 100 python3 -m pytest --device cuda -q -n 8 -p no:cacheprovider --durations=10 \
   $(grep -l "pytest.mark.device" tests/test_*.py)
 bench="python3 scripts/benchmark.py --device cuda --dtype bf16"
-stage attention 80 $bench --methods mra2,nystromformer,performer,vmean --seq_lens 1024 4096 8192 16384 32768 \
+stage attention 75 $bench --methods mra2,mra2_s,nystromformer,vmean --seq_lens 1024 4096 8192 16384 32768 \
   --output_dir "$results/attention"
+stage attention_gather 45 $bench --methods mra2 --attn_config '{"mra2": {"backend": "gather"}}' --seq_lens 4096 32768 \
+  --output_dir "$results/attention_gather"
 stage attention_flex 80 $bench --methods mra2 --attn_config '{"mra2": {"backend": "flex"}}' \
   --seq_lens 4096 8192 32768 --output_dir "$results/attention_flex"
 stage model 80 $bench --model --methods mra2 --rounds 1 --repeats 3 --seq_lens 4096 8192 16384 32768 \
   --output_dir "$results/model"
-[[ $stages == *" mlm"* ]] && python3 - "$dir/model" <<'EOF'
+[[ $stages == *" mlm_"* ]] && python3 - "$dir/model" <<'EOF'
 import sys
 import torch
 import transformers
@@ -89,22 +93,94 @@ stage mlm_mra2_fsdp 75 accelerate launch --config_file configs/accelerate/fsdp.y
 stage model_flex 60 $bench --model --methods mra2 --attn_config '{"mra2": {"backend": "flex"}}' --rounds 1 \
   --repeats 3 --seq_lens 8192 32768 --output_dir "$results/model_flex"
 stage mlm_sdpa 60 python3 "${mlm[@]}" --output_dir "$results/mlm_sdpa"
-stage compile 90 $bench --compile --train --methods mra2,nystromformer --seq_lens 4096 --repeats 3 \
-  --output_dir "$results/compile"
+stage compile 80 $bench --compile --train --methods mra2 --seq_lens 4096 --repeats 3 --output_dir "$results/compile"
 stage compile_forward 60 $bench --compile --methods mra2 --seq_lens 4096 --repeats 3 --output_dir "$results/compile_forward"
 stage profile 40 python3 - <<'EOF'
+import time
 import torch
+from hf_efficient_attn.methods.base import AttentionShape
+from hf_efficient_attn.registry import build_method
 from hf_efficient_attn.tools.benchmark.steps import model_step
 
-step = model_step("mra2", 4096, layers=1, device="cuda", dtype="bf16")  # one roberta-base-width layer
-for _ in range(3):
-    step()
-torch.cuda.synchronize()
-with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]) as prof:
+for backend in ("pairs", "gather"):  # one roberta-base-width layer, its training step
+    step = model_step("mra2", 4096, layers=1, device="cuda", dtype="bf16", options={"backend": backend})
+    for _ in range(3):
+        step()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
     step()
     torch.cuda.synchronize()
-events = prof.key_averages()
-print(events.table(sort_by="self_device_time_total", row_limit=25, max_name_column_width=60))
+    print(f"=== {backend}: one step {1000 * (time.perf_counter() - start):.1f} ms")
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
+                                            torch.profiler.ProfilerActivity.CUDA]) as prof:
+        step()
+        torch.cuda.synchronize()
+    events = prof.key_averages()
+    kernels = [e for e in events if e.device_type == torch.autograd.DeviceType.CUDA]
+    print(f"=== {backend}: {sum(e.count for e in kernels)} kernels, device time "
+          f"{sum(e.self_device_time_total for e in kernels) / 1000:.1f} ms")
+    print(events.table(sort_by="self_device_time_total", row_limit=25, max_name_column_width=60))
+for n in (8192, 32768):  # the attention alone, forward and backward, bf16
+    q, k, v = (torch.randn(1, 12, n, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+    method = build_method("mra2", {}, AttentionShape(12, 64, max_seq_len=n)).cuda()
+    for _ in range(3):
+        method(q, k, v).sum().backward()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        method(q, k, v).sum().backward()
+        torch.cuda.synchronize()
+    events = prof.key_averages()
+    print(f"=== attention n={n}: device time {sum(e.self_device_time_total for e in events) / 1000:.1f} ms")
+    print(events.table(sort_by="self_device_time_total", row_limit=20, max_name_column_width=70))
 print(events.table(sort_by="cpu_time_total", row_limit=25, max_name_column_width=60))
+EOF
+stage compile_parts 100 python3 - <<'EOF'
+# Which part of the mra2 method Inductor's CUDA code generation fails on (torch 2.11 raised
+# "TypeError: list indices must be integers or slices, not NoneType" in get_block_shape for the
+# compiled mra2 model), and whether a Triton setting avoids it.
+import traceback
+import torch
+import torch._dynamo
+import torch._inductor.config as inductor_config
+from hf_efficient_attn.methods import block_pairs, mra
+from hf_efficient_attn.methods.base import AttentionShape
+from hf_efficient_attn.registry import build_method
+
+torch.manual_seed(0)
+n, heads, dim = 4096, 12, 64
+mask = torch.ones(2, n, dtype=torch.bool, device="cuda")
+mask[1, 3000:] = False
+q, k, v = (torch.randn(2, heads, n, dim, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+blocks = [t.detach().float().unflatten(2, (-1, 32)) for t in (q, k, v)]
+stats = mra.block_stats(*blocks, mask, dim**-0.5)
+selected = mra.select_blocks(stats.logits, stats.counts, 4)
+methods = {b: build_method("mra2", {"backend": b}, AttentionShape(heads, dim, max_seq_len=n)).cuda()
+           for b in ("pairs", "gather")}
+parts = {
+    "method pairs forward": lambda: methods["pairs"](q.detach(), k.detach(), v.detach(), mask),
+    "method pairs train": lambda: methods["pairs"](q, k, v, mask).float().sum().backward(),
+    "method gather train": lambda: methods["gather"](q, k, v, mask).float().sum().backward(),
+    "block_stats": lambda: mra.block_stats(*blocks, mask, dim**-0.5),
+    "select_blocks": lambda: mra.select_blocks(stats.logits, stats.counts, 4),
+    "low_resolution train": lambda: sum(t.sum() for t in mra.low_resolution_attention(
+        mra.BlockStats(stats.counts, *(t.clone().requires_grad_() for t in stats[1:4]), stats.logits), selected,
+        dim**-0.5)).backward(),
+    "pair_attention train": lambda: block_pairs.pair_attention(
+        *(t.to(torch.bfloat16).requires_grad_() for t in blocks), selected, dim**-0.5, mask,
+        max_pairs=4 * n // 32).float().sum().backward(),
+}
+settings = {"default": {}, "no nd tiling": {"triton.prefer_nd_tiling": False, "triton.use_block_ptr": False},
+            "no tensor descriptors": {"triton.use_tensor_descriptor": False}}
+for name, fn in parts.items():
+    for setting, options in settings.items():
+        torch._dynamo.reset()
+        try:
+            with inductor_config.patch(options):
+                torch.compile(fn)()
+            print(f"=== {name} [{setting}]: OK", flush=True)
+            break
+        except Exception as error:
+            print(f"=== {name} [{setting}]: FAIL {type(error).__name__}: {str(error).splitlines()[0][:200]}", flush=True)
+            if setting == "default":
+                traceback.print_exc(limit=-3)
 EOF
 tar czf "$out/results.tgz" -C "$results" .

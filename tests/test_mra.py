@@ -1,6 +1,7 @@
 """MRA-2 and MRA-2-s (Zeng et al., ICML 2022): exactness limit, a dense reference of the method's formula,
 block selection, padding, gradients and the flex backend."""
 
+import functools
 import math
 import types
 from pathlib import Path
@@ -8,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from hf_efficient_attn.methods import block_sparse, mra
+from hf_efficient_attn.methods import block_pairs, block_sparse, mra
 from hf_efficient_attn.methods.base import AttentionShape
 from hf_efficient_attn.methods.softmax import softmax_reference
 from hf_efficient_attn.registry import build_method
@@ -17,6 +18,8 @@ from hf_efficient_attn.registry import build_method
 pytestmark = pytest.mark.device
 
 METHODS = ["mra2", "mra2_s"]
+#: The two plain-PyTorch kernels of the exact part (block_sparse's grouped one, block_pairs' static one).
+KERNELS = ["gather", "pairs"]
 BS = 32  # default block size
 
 
@@ -85,12 +88,13 @@ def smooth_qkv(seq=256, heads=2, dim=16, scale=2.0):
 
 @pytest.mark.parametrize("name", METHODS)
 @pytest.mark.parametrize("priors", [(0, 0), (1, 3)])
-def test_full_budget_is_exact_softmax_with_padding_and_odd_length(name, priors):
+@pytest.mark.parametrize("backend", KERNELS)
+def test_full_budget_is_exact_softmax_with_padding_and_odd_length(name, priors, backend):
     q, k, v = qkv(batch=3, seq=75)  # 3 blocks, the last one partial
     mask = torch.ones(3, 75, dtype=torch.bool)
     mask[1, 40:] = False  # internal + key padding
     mask[2, :] = False  # a sequence of padding only
-    method = make(name, block_per_row=3, initial_prior_first_n_blocks=priors[0],
+    method = make(name, backend=backend, block_per_row=3, initial_prior_first_n_blocks=priors[0],
                   initial_prior_diagonal_n_blocks=priors[1])
     out = method(q, k, v, mask)
     torch.testing.assert_close(out, real_rows(softmax_reference(q, k, v, mask), mask), atol=1e-12, rtol=1e-10)
@@ -108,7 +112,8 @@ def test_full_budget_is_exact_with_large_scores(name):
 @pytest.mark.parametrize("name", METHODS)
 @pytest.mark.parametrize("options", [{}, {"block_per_row": 2, "initial_prior_first_n_blocks": 1,
                                           "initial_prior_diagonal_n_blocks": 3}])
-def test_matches_dense_reference_of_the_formula(name, options):
+@pytest.mark.parametrize("backend", KERNELS)
+def test_matches_dense_reference_of_the_formula(name, options, backend):
     q, k, v = qkv(batch=2, heads=2, seq=300, dim=8)  # 10 blocks; default budget 4 of 10 per row
     mask = torch.ones(2, 300, dtype=torch.bool)
     mask[1, 170:] = False
@@ -116,7 +121,7 @@ def test_matches_dense_reference_of_the_formula(name, options):
     expected = dense_mra_reference(q, k, v, mask, block_per_row, name == "mra2",
                                    options.get("initial_prior_first_n_blocks", 0),
                                    options.get("initial_prior_diagonal_n_blocks", 0))
-    torch.testing.assert_close(make(name, **options)(q, k, v, mask), expected, atol=1e-10, rtol=1e-8)
+    torch.testing.assert_close(make(name, backend=backend, **options)(q, k, v, mask), expected, atol=1e-10, rtol=1e-8)
 
 
 def test_error_decreases_as_the_budget_grows():
@@ -158,8 +163,9 @@ def test_select_blocks_budget_padding_and_priors():
 
 
 @pytest.mark.parametrize("name", METHODS)
-def test_long_padding_keeps_real_outputs(name):
-    method = make(name, block_per_row=1, initial_prior_first_n_blocks=1, initial_prior_diagonal_n_blocks=3)
+@pytest.mark.parametrize("backend", KERNELS)
+def test_long_padding_keeps_real_outputs(name, backend):
+    method = make(name, backend=backend, block_per_row=1, initial_prior_first_n_blocks=1, initial_prior_diagonal_n_blocks=3)
     q, k, v = qkv(batch=1, seq=150)
     extra = [torch.randn(1, 2, 250, 8, dtype=torch.float64) * 10 for _ in range(3)]
     padded = [torch.cat([t, e], 2) for t, e in zip((q, k, v), extra)]
@@ -194,10 +200,11 @@ def test_prior_selection_follows_the_reference_implementation():
 
 
 @pytest.mark.parametrize("name", METHODS)
-def test_left_padding_by_whole_blocks_changes_nothing_other_left_padding_does(name):
+@pytest.mark.parametrize("backend", KERNELS)
+def test_left_padding_by_whole_blocks_changes_nothing_other_left_padding_does(name, backend):
     """Blocks are cut from the first position (module docstring): left padding by a multiple of
     block_size leaves real outputs unchanged, other left padding moves the block boundaries."""
-    method = make(name, block_per_row=1)  # 3 blocks: an approximation, not exact
+    method = make(name, backend=backend, block_per_row=1)  # 3 blocks: an approximation, not exact
     q, k, v = qkv(batch=1, seq=96)
     unpadded = method(q, k, v)
     for pad, unchanged in ((32, True), (64, True), (5, False)):
@@ -213,12 +220,14 @@ def test_left_padding_by_whole_blocks_changes_nothing_other_left_padding_does(na
 
 
 @pytest.mark.parametrize("name", METHODS)
-def test_gradcheck(name):
+@pytest.mark.parametrize("backend", KERNELS)
+def test_gradcheck(name, backend, device):
     q, k, v = (t.requires_grad_() for t in qkv(batch=1, heads=1, seq=40, dim=2))  # 2 blocks
     mask = torch.ones(1, 40, dtype=torch.bool)
     mask[0, 36:] = False
-    method = make(name, heads=1, dim=2, block_per_row=1)  # 2 of 4 block pairs exact
-    assert torch.autograd.gradcheck(lambda *t: method(*t, mask), (q, k, v), eps=1e-6, atol=1e-6)
+    method = make(name, backend=backend, heads=1, dim=2, block_per_row=1)  # 2 of 4 block pairs exact
+    nondet_tol = 1e-12 if device.type == "cuda" else 0.0  # CUDA atomics (pairs' index_add_)
+    assert torch.autograd.gradcheck(lambda *t: method(*t, mask), (q, k, v), eps=1e-6, atol=1e-6, nondet_tol=nondet_tol)
 
 
 def test_low_resolution_term_gets_gradient():
@@ -231,7 +240,8 @@ def test_low_resolution_term_gets_gradient():
 
 @pytest.mark.parametrize("name", METHODS)
 @pytest.mark.parametrize("dtype, tol", [(torch.float16, 2e-3), (torch.bfloat16, 2e-2)])
-def test_half_precision_forward_and_backward_match_fp32(name, dtype, tol):
+@pytest.mark.parametrize("backend", KERNELS)
+def test_half_precision_forward_and_backward_match_fp32(name, dtype, tol, backend):
     """fp16/bf16 inputs are computed in fp32: outputs and gradients equal the fp32 run on the same
     (rounded) inputs up to the rounding of the result."""
     mask = torch.ones(2, 100, dtype=torch.bool)
@@ -241,7 +251,7 @@ def test_half_precision_forward_and_backward_match_fp32(name, dtype, tol):
     results = []
     for tensors in (inputs, [t.float() for t in inputs]):
         tensors = [t.clone().requires_grad_() for t in tensors]
-        out = make(name, dim=16, block_per_row=1)(*tensors, mask)
+        out = make(name, backend=backend, dim=16, block_per_row=1)(*tensors, mask)
         out.backward(grad_out.to(out.dtype))
         results.append([out] + [t.grad for t in tensors])
     for low, full in zip(*results):
@@ -279,10 +289,12 @@ def test_low_resolution_function_and_its_backward_match_autograd_through_the_for
 # ----------------------------------------------------------------------------- block-sparse function
 
 
-def block_sparse_on_sequences(q, k, v, selected, bs, scaling, key_real, extra_value, extra_score):
-    """block_sparse_attention on (B, H, N, D) tensors (it takes and returns blocks)."""
+def block_sparse_on_sequences(q, k, v, selected, bs, scaling, key_real, extra_value, extra_score,
+                              kernel=block_sparse.block_sparse_attention):
+    """``kernel`` (block_sparse_attention or pair_attention) on (B, H, N, D) tensors (it takes and
+    returns blocks)."""
     blocks = [t.unflatten(2, (-1, bs)) for t in (q, k, v)]
-    out = block_sparse.block_sparse_attention(*blocks, selected, scaling, key_real, extra_value, extra_score)
+    out = kernel(*blocks, selected, scaling, key_real, extra_value, extra_score)
     return out.flatten(2, 3)
 
 
@@ -318,35 +330,52 @@ def block_sparse_case(extra: bool, batch=2, heads=2, bs=4, nb=6, dim=5):
     return q, k, v, selected, bs, dim**-0.5, key_real, extra_value, extra_score
 
 
-@pytest.mark.parametrize("extra", [True, False], ids=["extra-key", "selected-only"])
-@pytest.mark.parametrize("chunk_blocks", [1, 5, 4096])
-def test_block_sparse_attention_and_its_backward_match_autograd_through_a_dense_reference(
-        extra, chunk_blocks, monkeypatch):
-    for device_type in block_sparse.CHUNK_BLOCKS:
-        monkeypatch.setitem(block_sparse.CHUNK_BLOCKS, device_type, chunk_blocks)
+def check_against_dense_reference(kernel, extra):
+    """``kernel`` (block_sparse_attention's signature) and its gradients against autograd through
+    :func:`dense_block_sparse_reference` on :func:`block_sparse_case`."""
     case = block_sparse_case(extra)
     inputs = [t for t in case if isinstance(t, torch.Tensor) and t.is_floating_point()]
     for t in inputs:
         t.requires_grad_()
     grad_out = torch.randn_like(case[0])
     results = []
-    for fn in (block_sparse_on_sequences, dense_block_sparse_reference):
+    for fn in (functools.partial(block_sparse_on_sequences, kernel=kernel), dense_block_sparse_reference):
         out = fn(*case)
         results.append([out, *torch.autograd.grad(out, inputs, grad_out)])
     for ours, expected in zip(*results):
         torch.testing.assert_close(ours, expected, atol=1e-12, rtol=1e-10)
 
 
-def test_block_sparse_attention_gradcheck():
+@pytest.mark.parametrize("extra", [True, False], ids=["extra-key", "selected-only"])
+@pytest.mark.parametrize("chunk_blocks", [1, 5, 4096])
+def test_block_sparse_attention_and_its_backward_match_autograd_through_a_dense_reference(
+        extra, chunk_blocks, monkeypatch):
+    for device_type in block_sparse.CHUNK_BLOCKS:
+        monkeypatch.setitem(block_sparse.CHUNK_BLOCKS, device_type, chunk_blocks)
+    check_against_dense_reference(block_sparse.block_sparse_attention, extra)
+
+
+@pytest.mark.parametrize("extra", [True, False], ids=["extra-key", "selected-only"])
+@pytest.mark.parametrize("slice_elements", [1, 2**26], ids=["a-head-per-slice", "all-heads"])
+def test_pair_attention_and_its_backward_match_autograd_through_a_dense_reference(extra, slice_elements, monkeypatch):
+    monkeypatch.setattr(block_pairs, "PAIR_SLICE_ELEMENTS", slice_elements)
+    check_against_dense_reference(block_pairs.pair_attention, extra)
+
+
+@pytest.mark.parametrize("kernel", [block_sparse.block_sparse_attention, block_pairs.pair_attention],
+                         ids=["gather", "pairs"])
+def test_block_sparse_attention_gradcheck(kernel, device):
     q, k, v, selected, bs, scaling, key_real, extra_value, extra_score = block_sparse_case(
         True, batch=2, heads=1, bs=3, nb=4, dim=2)
     extra_score = extra_score.clamp(min=-3.0)  # finite: finite differences at -inf are undefined
     inputs = [t.requires_grad_() for t in (q, k, v, extra_value, extra_score)]
 
     def fn(q, k, v, extra_value, extra_score):
-        return block_sparse_on_sequences(q, k, v, selected, bs, scaling, key_real, extra_value, extra_score)
+        return block_sparse_on_sequences(q, k, v, selected, bs, scaling, key_real, extra_value, extra_score, kernel)
 
-    assert torch.autograd.gradcheck(fn, inputs, eps=1e-6, atol=1e-7)
+    # pairs' index_add_ on CUDA adds in no fixed order (atomics): repeated backwards differ by rounding.
+    nondet_tol = 1e-12 if device.type == "cuda" else 0.0
+    assert torch.autograd.gradcheck(fn, inputs, eps=1e-6, atol=1e-7, nondet_tol=nondet_tol)
 
 
 def test_a_second_copy_of_the_module_keeps_its_own_operators():
@@ -361,6 +390,7 @@ def test_a_second_copy_of_the_module_keeps_its_own_operators():
     source = Path(block_sparse.__file__).read_text()
     altered = source.replace("    return out.view(shape), lse.view(shape[:-1])", "    return 2 * out.view(shape), lse.view(shape[:-1])")
     assert altered != source
+    altered = altered.replace("from .block_pairs import", "from hf_efficient_attn.methods.block_pairs import")
     copy = types.ModuleType("shipped_model.hea_methods_block_sparse")
     exec(compile(altered, "hea_methods_block_sparse.py", "exec"), copy.__dict__)
     torch.testing.assert_close(block_sparse.block_sparse_attention(*args), expected, atol=0, rtol=0)
@@ -405,18 +435,24 @@ def test_flex_matches_gather_at_4096_tokens(name):
     torch.testing.assert_close(flex, gather, atol=2e-6, rtol=1e-5)
 
 
-def test_auto_runs_gather_for_inference(monkeypatch):
-    """backend="auto" is gather (faster than flex for mra2 on CPU, no compilation; module docstring),
-    also for long inputs under no_grad."""
+def test_auto_runs_pairs_on_cuda_and_gather_elsewhere(monkeypatch, device):
+    """backend="auto" never runs flex (it compiles per shape); it runs pairs on CUDA (gather is
+    launch-bound there) and gather elsewhere (faster on CPU), also for long inputs under no_grad."""
     def refuse(*args, **kwargs):
         raise AssertionError("backend='auto' ran FlexAttention")
 
     monkeypatch.setattr(mra, "flex_mra_attention", refuse)
+    ran = []
+    for kernel in ("pair_attention", "block_sparse_attention"):
+        def recorded(*args, _kernel=kernel, _original=getattr(mra, kernel), **kwargs):
+            ran.append(_kernel)
+            return _original(*args, **kwargs)
+
+        monkeypatch.setattr(mra, kernel, recorded)
     q, k, v = qkv(seq=1024, dtype=torch.float32)
     with torch.no_grad():
-        auto = make("mra2", backend="auto")(q, k, v)
-        gather = make("mra2", backend="gather")(q, k, v)
-    torch.testing.assert_close(auto, gather, atol=0, rtol=0)
+        make("mra2", backend="auto")(q, k, v)
+    assert ran == ["pair_attention" if device.type == "cuda" else "block_sparse_attention"]
 
 
 def test_flex_backend_refuses_backward_on_cpu(device):

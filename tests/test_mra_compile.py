@@ -16,10 +16,10 @@ METHODS = ["mra2", "mra2_s"]
 SEQ = 128  # 4 blocks of 32, 2 exact per row: an approximation, not exact attention
 
 
-def tiny_model(name, arch="roberta", training=False, layers=2):
+def tiny_model(name, arch="roberta", training=False, layers=2, backend="auto"):
     config = tiny_config(arch, hidden_size=64, num_attention_heads=2, num_hidden_layers=layers,
                          hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-    return hea.AutoModel.from_config(config, attn_impl=name, attn_config={"block_per_row": 2}).train(training)
+    return hea.AutoModel.from_config(config, attn_impl=name, attn_config={"block_per_row": 2, "backend": backend}).train(training)
 
 
 def padded_batch(seq=SEQ, vocab=120):
@@ -69,22 +69,24 @@ def compiled_equals_eager(model, compiled, lengths):
         assert_same_gradients(grads, eager_grads)
 
 
+@pytest.mark.parametrize("backend", ["gather", "pairs"])
 @pytest.mark.parametrize("name", METHODS)
-def test_compiled_training_step_equals_eager(name):
+def test_compiled_training_step_equals_eager(name, backend):
     """fullgraph=True: a graph break fails. AOTAutograd traces forward and backward (the custom
     operators' fake kernels and autograd registration included); Inductor's code generation is
     covered by the slow test below. One layer: the second adds nothing new to trace."""
-    model = tiny_model(name, training=True, layers=1)
+    model = tiny_model(name, training=True, layers=1, backend=backend)
     torch._dynamo.reset()
     compiled_equals_eager(model, torch.compile(model, backend="aot_eager", fullgraph=True), [SEQ])
 
 
-@pytest.mark.parametrize("name", ["mra2", pytest.param("mra2_s", marks=pytest.mark.slow)])
-def test_new_lengths_share_one_recompilation(name):
+@pytest.mark.parametrize("name, backend", [("mra2", "gather"), ("mra2", "pairs"),
+                                           pytest.param("mra2_s", "gather", marks=pytest.mark.slow)])
+def test_new_lengths_share_one_recompilation(name, backend):
     """Dynamic shapes, on the method alone (the model around it adds no length guard of its own):
     the first length compiles, the second recompiles with a symbolic length, which every later
     length reuses (no guard on the length's remainder or block count, also in the backward)."""
-    method = build_method(name, {"block_per_row": 2}, AttentionShape(2, 16, max_seq_len=4096))
+    method = build_method(name, {"block_per_row": 2, "backend": backend}, AttentionShape(2, 16, max_seq_len=4096))
     counter = CompileCounterWithBackend("aot_eager")
     compiled = torch.compile(method, backend=counter, fullgraph=True)
     torch._dynamo.reset()
@@ -103,11 +105,11 @@ def test_new_lengths_share_one_recompilation(name):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("arch", ["bert", "roberta"])
-@pytest.mark.parametrize("name", METHODS)
-def test_inductor_compiled_model_equals_eager(name, arch):
+@pytest.mark.parametrize("name, arch, backend", [(name, arch, "gather") for name in METHODS for arch in ("bert", "roberta")]
+                         + [("mra2", "roberta", "pairs")])
+def test_inductor_compiled_model_equals_eager(name, arch, backend):
     """torch.compile's default backend (Inductor): a training step and an inference forward."""
-    model = tiny_model(name, arch, training=True)
+    model = tiny_model(name, arch, training=True, backend=backend)
     compiled = torch.compile(model, fullgraph=True)
     torch._dynamo.reset()
     compiled_equals_eager(model, compiled, [SEQ])

@@ -11,7 +11,7 @@ from tiny import tiny_config
 from torch.export import Dim
 
 import hf_efficient_attn as hea
-from hf_efficient_attn.methods import block_sparse
+from hf_efficient_attn.methods import block_pairs, block_sparse
 from hf_efficient_attn.methods.base import AttentionShape
 from hf_efficient_attn.registry import build_method
 
@@ -33,7 +33,7 @@ def test_static_formulation_equals_the_kernel(extra, tight):
     blocks = [t.unflatten(2, (-1, bs)) for t in (q, k, v)]
     max_pairs = int(selected.flatten(2).sum(-1).max()) if tight else None
     expected = block_sparse.block_sparse_attention(*blocks, selected, scaling, key_real, extra_value, extra_score)
-    static = block_sparse.static_block_sparse_attention(*blocks, selected, scaling, key_real, extra_value,
+    static = block_pairs.pair_attention(*blocks, selected, scaling, key_real, extra_value,
                                                         extra_score, max_pairs)
     torch.testing.assert_close(static, expected, atol=1e-12, rtol=1e-10)
 
@@ -59,8 +59,8 @@ def test_method_takes_the_same_values_when_exporting(name, inputs, monkeypatch):
         pair_lists.append((args[-1], q.shape[2]))  # (max_pairs, nb)
         return static(q, *args)
 
-    static = block_sparse.static_block_sparse_attention
-    monkeypatch.setattr(block_sparse, "static_block_sparse_attention", static_formulation)
+    static = block_pairs.pair_attention
+    monkeypatch.setattr(block_sparse, "pair_attention", static_formulation)
     torch.testing.assert_close(method(q, k, v, mask), eager, atol=1e-12, rtol=1e-10)
     # The pair list holds block_per_row x nb pairs (the largest budget), O(n), not all nb^2 pairs.
     assert [max_pairs for max_pairs, nb in pair_lists] == [2 * nb for _, nb in pair_lists]

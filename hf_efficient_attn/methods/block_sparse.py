@@ -31,10 +31,10 @@ host), so the forward and the backward are custom operators (``torch.library.cus
 by ``register_autograd``: ``torch.compile`` sees each as one opaque node with known output shapes
 and runs the same eager kernel inside the compiled graph, without graph breaks and without tracing
 the loops. An exported program (``torch.export``, ONNX) must consist of standard operators, so
-under export :func:`static_block_sparse_attention` runs instead: the same attention with static
-shapes only (inference). It is not used everywhere because it gathers a fixed list of block pairs,
-padded to the largest budget, and computes every pair's scores at once (no chunks), which costs
-more time and memory than the grouped kernel.
+under export :mod:`.block_pairs` runs instead: the same attention with static shapes only. It is
+not the CPU default because it gathers a fixed list of block pairs, padded to the largest budget,
+and reduces each row over its pairs with scatter operators, which costs more time on CPU than the
+grouped kernel (on CUDA, where the grouped kernel is launch-bound, it is the faster one).
 """
 
 from __future__ import annotations
@@ -44,6 +44,8 @@ import re
 from typing import NamedTuple
 
 import torch
+
+from .block_pairs import pair_attention
 
 #: Partner blocks gathered per chunk (b = 32, d = 64, fp32: 256 KiB per 32 blocks): 256 measured
 #: fastest on CPU (fwd+bwd at 4096 and 16384 tokens); on CUDA bigger chunks mean fewer launches.
@@ -246,53 +248,6 @@ def _backward(ctx, grad_out, grad_lse):
 torch.library.register_autograd(block_sparse_forward, _backward, setup_context=_setup_context)
 
 
-def static_block_sparse_attention(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    selected: torch.Tensor,
-    scaling: float,
-    key_real: torch.Tensor | None = None,
-    extra_value: torch.Tensor | None = None,
-    extra_score: torch.Tensor | None = None,
-    max_pairs: int | None = None,
-) -> torch.Tensor:
-    """:func:`block_sparse_attention` with static shapes only (for export; same arguments).
-
-    The selected pairs become a fixed list of ``max_pairs`` pairs per (batch, head) (the top
-    entries of ``selected``; the unselected ones among them are masked out); the query, key and
-    value blocks of every pair are gathered, each pair's scores exponentiated against its query
-    row's maximum over all its pairs and the extra key (``scatter_reduce`` amax), and the pairs'
-    sums and outputs added up per query block (``index_add``)."""
-    batch, heads, nb, b, d = q.shape
-    rows = batch * heads * nb
-    is_selected, pair = selected.flatten(2).to(q.dtype).topk(nb * nb if max_pairs is None else max_pairs, dim=-1)
-    # Block ids in [0, R) of each pair's query and key block (a lookup rather than pair // nb and
-    # pair % nb: the ONNX exporter cannot divide by a symbolic nb).
-    block = torch.arange(nb, device=q.device)
-    first_block = torch.arange(batch * heads, device=q.device).view(batch, heads, 1) * nb
-    queries = (first_block + block[:, None].expand(nb, nb).reshape(-1)[pair]).flatten()
-    keys = (first_block + block.repeat(nb)[pair]).flatten()
-    q_blocks, k_blocks, v_blocks = (t.reshape(rows, b, d).index_select(0, ids)
-                                    for t, ids in ((q, queries), (k, keys), (v, keys)))
-    allowed = (is_selected > 0).flatten()[:, None]  # (pairs, keys of the block)
-    if key_real is not None:
-        key_real = key_real.view(batch, 1, nb, b).expand(batch, heads, nb, b).reshape(rows, b)
-        allowed = allowed & key_real.index_select(0, keys)
-    scores = torch.matmul(q_blocks, k_blocks.transpose(1, 2)).mul(scaling).masked_fill(~allowed[:, None, :], -math.inf)
-    row_max = q.new_full((rows, b), -math.inf) if extra_score is None else extra_score.reshape(rows, 1).expand(rows, b)
-    row_max = row_max.scatter_reduce(0, queries[:, None].expand(-1, b), scores.amax(-1), "amax")
-    row_max = row_max.masked_fill(row_max == -math.inf, 0.0)
-    probs = torch.exp(scores - row_max.index_select(0, queries)[:, :, None])
-    total = q.new_zeros(rows, b).index_add(0, queries, probs.sum(-1))
-    out = q.new_zeros(rows, b, d).index_add(0, queries, torch.matmul(probs, v_blocks))
-    if extra_score is not None:
-        extra_weight = torch.exp(extra_score.reshape(rows, 1) - row_max)
-        total = total + extra_weight
-        out = out + extra_weight[..., None] * extra_value.reshape(rows, 1, d)
-    return (out / torch.where(total > 0, total, 1.0)[..., None]).view(q.shape)
-
-
 def block_sparse_attention(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -309,10 +264,10 @@ def block_sparse_attention(
     block with value ``extra_value`` (B, H, nb, D) and score ``extra_score`` (B, H, nb).
     ``key_real`` (B, nb * b) marks real keys (None: all); every selected block must hold one. Rows
     with neither a selected block nor an extra key are 0. ``max_pairs`` bounds the selected pairs
-    per (batch, head) (None: nb * nb); only the export formulation uses it. Returns blocks
+    per (batch, head) (None: nb * nb); only the export formulation (:mod:`.block_pairs`) uses it. Returns blocks
     (B, H, nb, b, D)."""
     if extra_score is not None:
         extra_value, extra_score = extra_value.to(q.dtype), extra_score.to(q.dtype)
     if torch.compiler.is_exporting():
-        return static_block_sparse_attention(q, k, v, selected, scaling, key_real, extra_value, extra_score, max_pairs)
+        return pair_attention(q, k, v, selected, scaling, key_real, extra_value, extra_score, max_pairs)
     return block_sparse_forward(q, k, v, key_real, extra_value, extra_score, selected, scaling)[0]

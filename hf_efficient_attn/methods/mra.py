@@ -54,7 +54,7 @@ Transformers' ``modeling_mra.py``, unless said otherwise):
 - Gradients flow through the exact blocks and the low-resolution term (block means); the
   selection itself is not differentiated (as the official code, which selects under no_grad).
 
-Two backends compute the same thing:
+Three backends compute the same thing:
 
 - ``gather``: plain PyTorch (:mod:`.block_sparse`). Query blocks are grouped by their number of
   selected key blocks; each chunk's key blocks are gathered with ``index_select`` and multiplied
@@ -63,28 +63,29 @@ Two backends compute the same thing:
   with its own backward keeps only the output and the per-row log-sum-exp and recomputes the
   selected blocks in the backward (flash attention's scheme), so memory is O(n) and time grows
   with the number of selected blocks. Every dtype and device (half precision is computed in fp32).
+- ``pairs``: plain PyTorch with static shapes (:mod:`.block_pairs`): the same computation over a
+  fixed-length list of the selected pairs, each row's softmax a segment reduction. A few dozen
+  kernels per call whatever the selection, and no value read on the host, where ``gather``
+  launches a few kernels per group of query blocks; the same backward scheme and dtypes.
 - ``flex``: ``torch.nn.attention.flex_attention`` (compiled), with a ``BlockMask`` listing the
   selected key blocks of every query block and a ``mask_mod`` for padded keys. For ``mra2``
   the low-resolution part enters the same call as one virtual key per query block x, with
   value = the low-resolution output of x and score = its log-sum-exp; the kernel's own
   online softmax then performs exactly the log-sum-exp merge. (``return_lse`` would allow
-  merging afterwards, but compiled flex on CPU rejects it in fp32 and, measured here with torch
-  2.13, returns wrong outputs with it in fp16/bf16.) Compiled flex on CPU is inference only.
-- ``auto`` (default): ``gather``, for training and inference, on every device: measured faster
-  than ``flex`` on CPU for ``mra2``'s inference forward (on par for ``mra2_s``; the virtual key's
-  ``score_mod`` runs on every score), with less memory, no compilation per shape and no padding
-  to a multiple of ``FLEX_LENGTH_MULTIPLE``. On CUDA ``flex`` is the faster one (``gather`` launches
-  a few kernels per group of query blocks; docs/benchmarks.md), but compiles per length: ask for it
-  with ``backend="flex"``.
+  merging afterwards, but compiled flex on CPU rejects it in fp32 and returns wrong outputs with
+  it in fp16/bf16, torch 2.13.) Compiled flex on CPU is inference only.
+- ``auto`` (default): ``pairs`` on CUDA (``gather`` is launch-bound there), ``gather`` elsewhere
+  (faster than ``pairs`` and ``flex`` on CPU, no compilation per shape). ``flex`` compiles per
+  length: ask for it with ``backend="flex"``. Measurements: docs/benchmarks.md.
 
 Compilation and export. The selection has static shapes (a top-k whose k is the largest budget
 of the padded shape; per-sequence budgets stay tensors), and ``gather``'s data-dependent kernel is
 a custom operator (:mod:`.block_sparse`), so ``torch.compile`` traces a whole model in one graph
-(training included) and runs the same kernel as eager. Traced graphs pad by at least one token
+(training included) and runs the same kernel as eager; ``pairs`` is traced as it is (an
+``autograd.Function`` of standard operators). Traced graphs pad by at least one token
 and to at least two blocks (:func:`padded_blocks`), so that one graph serves every length
-(dynamic shapes). ``torch.export`` and ONNX export (inference) run
-:func:`.block_sparse.static_block_sparse_attention` instead of the custom operator, for both
-backends. Under ``torch.compile`` on CUDA, ``flex`` calls ``flex_attention`` in the outer graph
+(dynamic shapes). ``torch.export`` and ONNX export (inference) run :mod:`.block_pairs`'s
+forward, whatever the backend. Under ``torch.compile`` on CUDA, ``flex`` calls ``flex_attention`` in the outer graph
 (checked with the eager backend); on CPU, Inductor cannot compile it there (torch 2.13), so it runs outside the
 graph with its own compiled kernel (graph breaks around it; ``gather`` has none).
 """
@@ -102,9 +103,10 @@ from torch.nn.attention.flex_attention import BlockMask, flex_attention
 
 from ..registry import register_method
 from .base import AttentionMethod, MethodOptions, Paper, check_choice, check_int, compute_dtype, is_tracing
+from .block_pairs import pair_attention, row_major_cumsum
 from .block_sparse import block_sparse_attention
 
-BACKENDS = ("auto", "flex", "gather")
+BACKENDS = ("auto", "flex", "gather", "pairs")
 #: The flex path pads the length to a multiple of this, so that few shapes get compiled
 #: (compiled shapes are static: one compilation, ~5-10 s, per (batch, heads, padded length,
 #: head_dim, dtype, method)). Padded blocks are never selected, so the padding costs next to nothing.
@@ -134,7 +136,7 @@ class MraOptions(MethodOptions):
     # Alg. 1 "prespecified via priors"; 0 = off (Transformers' MraConfig defaults).
     initial_prior_first_n_blocks: int = 0
     initial_prior_diagonal_n_blocks: int = 0
-    # "auto", "flex" or "gather" (module docstring).
+    # "auto", "flex", "gather" or "pairs" (module docstring).
     backend: str = "auto"
 
     def validate(self) -> None:
@@ -226,7 +228,8 @@ def select_blocks(logits: torch.Tensor, counts: torch.Tensor, block_per_row: int
     # padding only, whose budget is 0) go to the lowest (query block, key block) index, so that
     # appended padding cannot change the choice.
     above, tied = score > threshold, score == threshold
-    selected = above | (tied & (tied.cumsum(-1) <= budget - above.sum(-1, keepdim=True)))
+    tie_rank = row_major_cumsum(tied.view(batch, heads, nb, nb))
+    selected = above | (tied & (tie_rank <= budget - above.sum(-1, keepdim=True)))
     return selected.view(batch, heads, nb, nb)
 
 
@@ -391,7 +394,7 @@ class _MraBase(AttentionMethod):
     low_resolution: bool
 
     def _use_flex(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
-        """Whether this call runs FlexAttention: only for ``backend="flex"`` (``auto`` is ``gather``),
+        """Whether this call runs FlexAttention: only for ``backend="flex"`` (``auto`` never is),
         and not under export (both backends export :mod:`.block_sparse`'s static formulation)."""
         if self.options.backend != "flex" or torch.compiler.is_exporting():
             return False
@@ -410,10 +413,16 @@ class _MraBase(AttentionMethod):
             )
         return True
 
+    def _use_pairs(self, q: torch.Tensor) -> bool:
+        """Whether the exact part runs :mod:`.block_pairs` (``pairs``, and ``auto`` on CUDA) rather than
+        :mod:`.block_sparse`'s grouped kernel (``gather``, and ``auto`` elsewhere)."""
+        backend = self.options.backend
+        return backend == "pairs" or (backend == "auto" and q.device.type == "cuda")
+
     def attend(self, q, k, v, key_padding_mask, scaling):
         opts = self.options
         bs, (batch, _, length, _) = opts.block_size, q.shape
-        use_flex = self._use_flex(q, k, v)
+        use_flex, use_pairs = self._use_flex(q, k, v), self._use_pairs(q)
         # flex: pad to a multiple of FLEX_LENGTH_MULTIPLE too, so that few lengths get compiled.
         multiple = math.lcm(bs, FLEX_LENGTH_MULTIPLE) if use_flex else bs
         nb = padded_blocks(length, bs, multiple)
@@ -442,8 +451,9 @@ class _MraBase(AttentionMethod):
             flex = flex_mra_attention if q.device.type == "cuda" else flex_mra_attention_outside_graphs
             out = flex(q, k, v, real, selected, bs, scaling, low_out, low_lse)
         else:
-            out = block_sparse_attention(q, k, v, selected, scaling, real, low_out, low_lse,
-                                         max_pairs=max_budget(nb, opts.block_per_row)).flatten(2, 3)
+            kernel = pair_attention if use_pairs else block_sparse_attention
+            out = kernel(q, k, v, selected, scaling, real, low_out, low_lse,
+                         max_pairs=max_budget(nb, opts.block_per_row)).flatten(2, 3)
         # Slice only what was padded: a slice's backward allocates and fills a full-size gradient.
         return out if out.shape[2] == length else out[:, :, :length]
 
