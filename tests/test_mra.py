@@ -314,7 +314,8 @@ def dense_block_sparse_reference(q, k, v, selected, bs, scaling, key_real, extra
 
 def block_sparse_case(extra: bool, batch=2, heads=2, bs=4, nb=6, dim=5):
     """Random selection with padded keys (a partial and an empty key block in sequence 1), a query
-    block with no selected block, and for ``extra`` some extra keys at -inf (all blocks selected)."""
+    block with no selected block, and for ``extra`` some extra keys at -inf (one with all blocks
+    selected, one with none)."""
     q, k, v = qkv(batch=batch, heads=heads, seq=nb * bs, dim=dim)
     key_real = torch.ones(batch, nb * bs, dtype=torch.bool)
     key_real[1, (nb - 2) * bs + 1:] = False
@@ -327,6 +328,7 @@ def block_sparse_case(extra: bool, batch=2, heads=2, bs=4, nb=6, dim=5):
         extra_value = torch.randn(batch, heads, nb, dim, dtype=torch.float64)
         extra_score = torch.randn(batch, heads, nb, dtype=torch.float64) * 2
         extra_score[0, -1, 3] = -math.inf
+        extra_score[0, 0, 2] = -math.inf  # and a query block with no key at all
     return q, k, v, selected, bs, dim**-0.5, key_real, extra_value, extra_score
 
 
@@ -453,6 +455,9 @@ def test_auto_runs_pairs_on_cuda_and_gather_elsewhere(monkeypatch, device):
     with torch.no_grad():
         make("mra2", backend="auto")(q, k, v)
     assert ran == ["pair_attention" if device.type == "cuda" else "block_sparse_attention"]
+    # The rule for the devices this run does not have (only the device type is read).
+    for device_type, pairs in (("cuda", True), ("cpu", False), ("mps", False)):
+        assert make("mra2", backend="auto")._use_pairs(types.SimpleNamespace(device=torch.device(device_type))) is pairs
 
 
 def test_flex_backend_refuses_backward_on_cpu(device):

@@ -97,8 +97,8 @@ def pair_backward(grad_out, q, k, v, key_real, extra_value, extra_score, queries
     delta = (grad_out * out).sum(-1)  # (R, b)
     q_rows, d_out = q.index_select(0, queries), grad_out.index_select(0, queries)
     k_block, v_block = k.index_select(0, keys), v.index_select(0, keys)
-    safe_lse = lse.masked_fill(lse == -math.inf, 0.0)  # such rows have no allowed key: P = 0
-    scores = torch.bmm(q_rows, k_block.transpose(1, 2)).mul_(scaling).sub_(safe_lse.index_select(0, queries)[:, :, None])
+    # A row with lse = -inf has no allowed key: its scores become +inf here, then -inf, so P = 0.
+    scores = torch.bmm(q_rows, k_block.transpose(1, 2)).mul_(scaling).sub_(lse.index_select(0, queries)[:, :, None])
     probs = scores.masked_fill_(~_allowed(key_real, keys, valid), -math.inf).exp_()
     grad_v = torch.zeros_like(v).index_add_(0, keys, torch.bmm(probs.transpose(1, 2), d_out))
     d_scores = torch.bmm(d_out, v_block.transpose(1, 2)).sub_(delta.index_select(0, queries)[:, :, None])
@@ -109,7 +109,7 @@ def pair_backward(grad_out, q, k, v, key_real, extra_value, extra_score, queries
         return grad_q, grad_k, grad_v, None, None
     # The extra key of row i has probability p_i = exp(score - lse_i) (0 in rows without any key):
     # d value = sum_i p_i dO_i; d score = (d value) . value - sum_i p_i rowsum(dO_i * O_i).
-    extra_prob = torch.exp(extra_score[:, None] - safe_lse).masked_fill(lse == -math.inf, 0.0)
+    extra_prob = torch.exp(extra_score[:, None] - lse).masked_fill(lse == -math.inf, 0.0)
     grad_extra_value = torch.bmm(extra_prob[:, None, :], grad_out)[:, 0]
     grad_extra_score = (grad_extra_value * extra_value).sum(-1) - (extra_prob * delta).sum(-1)
     return grad_q, grad_k, grad_v, grad_extra_value, grad_extra_score

@@ -159,8 +159,9 @@ def block_sparse_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_
         out.index_copy_(0, queries, result.div_(total[..., None]))
         lse.index_copy_(0, queries, total.log_().add_(row_max))
     empty = plan.empty_rows
-    if extra_score is not None:  # the extra key alone
-        out.index_copy_(0, empty, extra_value.index_select(0, empty)[:, None, :].expand(-1, b, -1))
+    if extra_score is not None:  # the extra key alone (no key at all where its score is -inf)
+        alone = extra_value.index_select(0, empty).masked_fill(extra_score.index_select(0, empty)[:, None] == -math.inf, 0.0)
+        out.index_copy_(0, empty, alone[:, None, :].expand(-1, b, -1))
         lse.index_copy_(0, empty, extra_score.index_select(0, empty)[:, None].expand(-1, b))
     else:
         out.index_fill_(0, empty, 0.0)
