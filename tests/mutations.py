@@ -862,6 +862,13 @@ MUTATIONS: list[Mutation] = [
     Mutation(P + "tasks/wikihop/finetune.py", '        if self.padding_free:\n',
              '        if False:\n', (T + 'test_packing.py::-k wikihop_refuses',),
              'WikiHop accepts --padding_free and mixes chunks'),
+    # ---- instant command lines -------------------------------------------------------------------------------------
+    Mutation(P + "tasks/common/data.py", "if TYPE_CHECKING:  # datasets is imported where it is used",
+             "if True:  # datasets is imported where it is used", (T + "test_cli_startup.py::-k flags_answered",),
+             "every training script imports datasets before its flags are checked"),
+    Mutation(P + "tasks/common/driver.py", "from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR\n",
+             "from transformers import Trainer  # noqa: F401\nfrom transformers.trainer_utils import PREFIX_CHECKPOINT_DIR\n",
+             (T + "test_cli_startup.py::-k flags_answered",), "the scripts import Trainer (and datasets) before their flags"),
     # ---- the flag table --------------------------------------------------------------------------------------------
     Mutation(P + "tasks/common/args.py", "    padding_free: bool = field(", "    pack_rows: bool = field(",
              (T + "test_flag_table.py::-k pretrain_mlm",), "a new flag without an effect test"),

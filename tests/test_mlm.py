@@ -317,7 +317,7 @@ def captured(workspace, monkeypatch, tmp_path, *extra, files=("train", "validati
 
     from hf_efficient_attn.tasks.mlm import pretrain as mlm
 
-    capture_trainer(monkeypatch, mlm)
+    capture_trainer(monkeypatch)
     with pytest.raises(Captured) as caught:
         run(workspace, tmp_path / "captured", *extra, files=files)
     return caught.value.kwargs
@@ -419,7 +419,7 @@ def test_text_column_name_is_the_text_trained_on(workspace, monkeypatch, tmp_pat
 
 
 def test_dataset_name_and_config_are_what_is_loaded(workspace, monkeypatch, tmp_path):
-    from hf_efficient_attn.tasks.common import data
+    import datasets
 
     calls = []
     texts = Path(workspace["train"]).read_text().split("\n")[:20]
@@ -429,7 +429,7 @@ def test_dataset_name_and_config_are_what_is_loaded(workspace, monkeypatch, tmp_
         return DatasetDict(train=Dataset.from_dict({"text": texts[:16]}), validation=Dataset.from_dict(
             {"text": texts[16:]}))  # fmt: skip
 
-    monkeypatch.setattr(data, "load_dataset", fake_load_dataset)
+    monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
     trainer = captured(workspace, monkeypatch, tmp_path, "--do_train", "--do_eval", "--line_by_line",
                        "--dataset_name", "someone/news", "--dataset_config_name", "en", files=())  # fmt: skip
     assert calls == [("someone/news", "en")]
