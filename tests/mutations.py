@@ -884,6 +884,12 @@ MUTATIONS: list[Mutation] = [
     Mutation(P + "integration/patching.py", '    if model_type == "longformer":\n', '    if False:\n',
              (T + "test_patching.py::-k longformer_softmax_keeps_refusing",),
              "Longformer's refusal of output_attentions gives another method's reason"),
+    Mutation(P + "hub/export.py", "        task = dataset_config_name or trained_task(provenance)\n",
+             "        task = dataset_config_name\n", (T + "test_provenance.py::-k default_name",),
+             "a fine-tuned variant's default repository and card name are its base variant's"),
+    Mutation(P + "tasks/common/provenance.py", '    return {**data, "task_name": task} if task else data',
+             "    return data", (T + "test_provenance.py::-k default_name",),
+             "a GLUE task on local files is not recorded, and the variant is named 'classification'"),
     # ---- the flag table --------------------------------------------------------------------------------------------
     Mutation(P + "tasks/common/args.py", "    padding_free: bool = field(", "    pack_rows: bool = field(",
              (T + "test_flag_table.py::-k pretrain_mlm",), "a new flag without an effect test"),
