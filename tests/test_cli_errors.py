@@ -124,6 +124,8 @@ BAD = {
     "GLUE columns of another task": (glue.main, lambda f: glue_args(f, "--task_name", "qqp", "--do_predict",
                                                                     "--test_file", p(f, "unlabelled.csv")),
                                      r"no column 'question1': this task reads \['question1', 'question2'\]", DATA),
+    "abbreviated flag": (glue.main, lambda f: glue_args(f, "--task", "sst2", "--do_train"),
+                         r"unknown flag --task \(did you mean --task_name\?\)", NOTHING),
     "GLUE nothing to do": (glue.main, lambda f: glue_args(f, "--task_name", "sst2", "--train_file",
                                                           p(f, "unlabelled.csv")),
                            "nothing to do: pass --do_train and/or --do_eval and/or --do_predict", NOTHING),

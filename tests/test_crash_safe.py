@@ -25,7 +25,7 @@ from glue_fixtures import write_task_files
 from training_fixtures import REPO, read_json, save_tiny_mlm, write_news_files
 from transformers import Trainer
 
-from hf_efficient_attn.tasks.common import driver
+from hf_efficient_attn.tasks.common import driver, trainer
 from hf_efficient_attn.tasks.common.driver import COMPLETE_MARKER, last_complete_checkpoint
 from hf_efficient_attn.tasks.mlm.pretrain import main
 
@@ -85,7 +85,7 @@ def test_a_save_killed_midway_is_skipped_and_the_rerun_matches(workspace, tmp_pa
 
     out = tmp_path / "killed"
     with monkeypatch.context() as patch:
-        kill_at(patch, Trainer if where.startswith("_") else driver, where, 4)
+        kill_at(patch, Trainer if where.startswith("_") else trainer, where, 4)
         with pytest.raises(Killed):
             main(mlm_args(workspace, out, *extra))
     assert (out / "checkpoint-4").is_dir() and not (out / "checkpoint-4" / COMPLETE_MARKER).exists()

@@ -8,6 +8,7 @@ Every run stops where it builds its Trainer (nothing is trained)."""
 import json
 import os
 
+import datasets
 import pytest
 import torch
 from datasets import Dataset, DatasetDict
@@ -18,9 +19,7 @@ from transformers import AutoTokenizer
 from wikihop_fixtures import SHORT, save_tiny_encoder, write_files
 
 from hf_efficient_attn.tasks import glue
-from hf_efficient_attn.tasks.common import data as common_data
 from hf_efficient_attn.tasks.mlm import compare, pretrain
-from hf_efficient_attn.tasks.wikihop import data as wikihop_data
 from hf_efficient_attn.tasks.wikihop import finetune as wikihop
 from hf_efficient_attn.tasks.wikihop.data import ChunkEncoder, add_markers
 from hf_efficient_attn.tasks.wikihop.qangaroo import synthetic_examples
@@ -57,7 +56,7 @@ def wikihop_workspace(tmp_path_factory):
 
 def captured(monkeypatch, module, arguments):
     """What ``module.main(arguments)`` would give its Trainer."""
-    capture_trainer(monkeypatch, module)
+    capture_trainer(monkeypatch)
     with pytest.raises(Captured) as caught:
         module.main(arguments)
     return caught.value.kwargs
@@ -128,15 +127,16 @@ def test_each_file_is_the_split_it_names(mlm, glue_workspace, wikihop_workspace,
     assert train != validation
 
 
-def fake_hub(monkeypatch, module, splits):
-    """``module.load_dataset`` returns ``splits`` (a DatasetDict); returns the (path, name) of each call."""
+def fake_hub(monkeypatch, splits):
+    """``datasets.load_dataset`` (imported by the pipelines where they load) returns ``splits`` (a
+    DatasetDict); returns the (path, name) of each call."""
     calls = []
 
     def load_dataset(path, name=None, **kwargs):
         calls.append((path, name))
         return splits
 
-    monkeypatch.setattr(module, "load_dataset", load_dataset)
+    monkeypatch.setattr(datasets, "load_dataset", load_dataset)
     return calls
 
 
@@ -149,7 +149,7 @@ def test_dataset_name_and_config_are_what_is_loaded(glue_workspace, wikihop_work
         dataset = "someone/reviews"
         rows = single_sentence_rows()[0][:20]
         splits = DatasetDict(train=Dataset.from_list(rows[:14]), validation=Dataset.from_list(rows[14:]))
-        calls = fake_hub(monkeypatch, common_data, splits)
+        calls = fake_hub(monkeypatch, splits)
         trainer = captured(monkeypatch, glue, glue_arguments(
             glue_workspace, tmp_path, "cola", task_name=None, train_file=None, validation_file=None, test_file=None,
             do_predict=None, pad_to_max_length=False, dataset_name=dataset,
@@ -161,7 +161,7 @@ def test_dataset_name_and_config_are_what_is_loaded(glue_workspace, wikihop_work
     else:
         dataset = "someone/qangaroo"
         train, validation = synthetic_examples(5, seed=21, **SHORT), synthetic_examples(3, seed=22, **SHORT)
-        calls = fake_hub(monkeypatch, wikihop_data, DatasetDict(train=Dataset.from_list(train),
+        calls = fake_hub(monkeypatch, DatasetDict(train=Dataset.from_list(train),
                                                                 validation=Dataset.from_list(validation)))
         arguments = wikihop_arguments(wikihop_workspace, tmp_path, "--dataset_name", dataset,
                                       "--dataset_config_name", "en", files=False)  # fmt: skip
@@ -333,7 +333,7 @@ def test_comparison_hands_its_data_flags_to_each_method_run(mlm, monkeypatch, tm
         flags = ["--train_file", mlm["train"], "--validation_split_percentage", "20", "--max_seq_length", "64"]
     else:
         texts = lines(mlm["train"])[:24]
-        calls = fake_hub(monkeypatch, common_data, DatasetDict(train=Dataset.from_dict({"text": texts[:18]}),
+        calls = fake_hub(monkeypatch, DatasetDict(train=Dataset.from_dict({"text": texts[:18]}),
                                                                validation=Dataset.from_dict({"text": texts[18:]})))
         flags = ["--dataset_name", "someone/news", "--dataset_config_name", "en", "--line_by_line"]
     stages = comparison_stages(mlm, monkeypatch, tmp_path / "comparison", *flags)

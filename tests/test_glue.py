@@ -311,7 +311,7 @@ def test_hub_layout_is_read_as_local_files(monkeypatch):
     the local names and nothing is carved from train."""
     from datasets import ClassLabel, Dataset, DatasetDict, Features, Value
 
-    from hf_efficient_attn.tasks.common import data
+    import datasets
     from hf_efficient_attn.tasks.glue import load_glue_splits
 
     features = Features(premise=Value("string"), hypothesis=Value("string"),
@@ -330,7 +330,7 @@ def test_hub_layout_is_read_as_local_files(monkeypatch):
                "test_matched": [-1, -1], "test_mismatched": [-1]}  # fmt: skip
         return DatasetDict({s: split(labels) for s, labels in hub.items()})
 
-    monkeypatch.setattr(data, "load_dataset", fake_load_dataset)
+    monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
     raw = load_glue_splits(GlueDataArguments(task_name="mnli"))
     assert calls == [("nyu-mll/glue", "mnli")]
     assert sorted(raw) == ["test", "test_mismatched", "train", "validation", "validation_mismatched"]

@@ -93,7 +93,7 @@ def captured_glue(workspace, monkeypatch, tmp_path, task, **overrides):
 
     from hf_efficient_attn.tasks import glue
 
-    capture_trainer(monkeypatch, glue)
+    capture_trainer(monkeypatch)
     with pytest.raises(Captured) as caught:
         run(workspace, task, tmp_path / "captured", **overrides)
     return caught.value.kwargs
@@ -104,10 +104,10 @@ def test_every_task_from_the_hub_trains_on_its_canonical_labels(workspace, monke
     """--task_name alone (nyu-mll/glue, here its in-memory copy with the canonical features): the
     model's classes are the dataset's ClassLabel names in id order, the targets are the dataset's
     ids (floats for STS-B), and the task's official metric scores it."""
-    from hf_efficient_attn.tasks.common import data
+    import datasets
 
     hub = hub_copy(task)
-    monkeypatch.setattr(data, "load_dataset", lambda path, name=None, **kwargs: hub)
+    monkeypatch.setattr(datasets, "load_dataset", lambda path, name=None, **kwargs: hub)
     trainer = captured_glue(workspace, monkeypatch, tmp_path, "cola", task_name=task, train_file=None,
                             validation_file=None, test_file=None)  # fmt: skip
     _, _, names = canonical(task)

@@ -80,12 +80,13 @@ def test_patch_without_a_method_uses_the_saved_one_or_refuses():
 def test_output_attentions_is_refused_the_same_way_everywhere(model_type):
     _, patched = exact_and_patched(model_type)
     ids, mask = batch()
-    with pytest.raises(ValueError, match="does not form attention probabilities"):
+    reason = "sliding-window layout" if model_type == "longformer" else "'mra2' never forms the attention probabilities"
+    with pytest.raises(ValueError, match=reason):
         patched(input_ids=ids, attention_mask=mask, output_attentions=True)
     with pytest.raises(ValueError, match="output_attentions"):  # Transformers' own check, or ours
         patched.config.output_attentions = True
         patched(input_ids=ids, attention_mask=mask)
-    with pytest.raises(ValueError, match="output_attentions"):
+    with pytest.raises(ValueError, match=reason + ".*the config asks for output_attentions=True"):
         hea.patch_model(T.AutoModel.from_config(tiny_config(model_type, output_attentions=True)), "mra2")
 
 
@@ -166,10 +167,26 @@ def test_softmax_returns_the_attention_probabilities_of_eager_attention(model_ty
         assert patched(input_ids=ids, attention_mask=mask).attentions is None
 
 
+def test_a_config_asking_for_attentions_gets_softmax_probabilities():
+    """config.output_attentions=True (as Transformers' own model tests set it): softmax patches and
+    returns eager attention's probabilities on every call."""
+    torch.manual_seed(0)
+    eager = T.AutoModel.from_config(tiny_config("bert", output_attentions=True), attn_implementation="eager").eval()
+    patched = hea.patch_model(copy.deepcopy(eager), "softmax")
+    ids, mask = batch()
+    with torch.no_grad():
+        expected, got = eager(input_ids=ids, attention_mask=mask), patched(input_ids=ids, attention_mask=mask)
+    assert len(got.attentions) == len(expected.attentions) == 2
+    for mine, reference in zip(got.attentions, expected.attentions):  # padded query rows differ in layer 2
+        assert_same(mine.transpose(1, 2), reference.transpose(1, 2))
+
+
 def test_longformer_softmax_keeps_refusing_output_attentions():
     patched = hea.patch_model(T.AutoModel.from_config(tiny_config("longformer")), "softmax")
-    with pytest.raises(ValueError, match="does not form attention probabilities"):
+    with pytest.raises(ValueError, match="sliding-window layout"):
         patched(*batch(), output_attentions=True)
+    with pytest.raises(ValueError, match="sliding-window layout"):
+        hea.patch_model(T.AutoModel.from_config(tiny_config("longformer", output_attentions=True)), "softmax")
 
 
 @pytest.mark.parametrize("model_type", ["bert", "roberta"])

@@ -138,6 +138,7 @@ def test_naming_transformers_attention_runs_it_and_drops_the_saved_method(varian
         exact = T.AutoModel.from_pretrained(folder, attn_implementation="sdpa")
     assert "'mra2' saved in the config is not used" in caplog.text
     assert not hasattr(exact.config, "attn_impl")
+    assert type(exact) is T.BertModel  # Transformers' own class, as unpatch_model leaves one
     exact.save_pretrained(tmp_path)
     assert "attn_impl" not in (tmp_path / "config.json").read_text()
     reference = hea.unpatch_model(hea.AutoModel.from_pretrained(folder))

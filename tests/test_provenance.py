@@ -15,6 +15,7 @@ from training_fixtures import save_tiny_mlm, write_news_files
 import hf_efficient_attn as hea
 from hf_efficient_attn.hub import cli
 from hf_efficient_attn.hub.card import hub_datasets
+from hf_efficient_attn.hub.export import trained_task
 from hf_efficient_attn.tasks import glue
 from hf_efficient_attn.tasks.common.provenance import read_provenance
 from hf_efficient_attn.tasks.convert import convert_to_long
@@ -135,3 +136,26 @@ def test_recorded_batch_is_the_global_batch(tmp_path):
     assert (stage["steps"], stage["epochs"], stage["max_seq_length"], stage["learning_rate"]) == (7, 1.5, 96, 4e-5)
     assert stage["train_samples"] == 40 and stage["eval"] == {"eval_loss": 2.5}
     assert stage["data"] == {"dataset_name": "someone/news", "dataset_config_name": "en"}
+
+
+@pytest.mark.parametrize("folder, suffix", [("long", ""), ("mlm", "-mlm"), ("glue", "-cola")])
+def test_default_name_and_card_carry_the_task(chain, tmp_path, folder, suffix):
+    """A bare namespace names each variant of the chain by what it was last trained on: nothing for
+    the converted model, mlm for local pretraining text, the GLUE task for fine-tuning; the card's
+    model_name is that name."""
+    out = tmp_path / "upload"
+    repo_id = cli.main(["--model_dir", str(chain / folder), "--repo_id", "me", "--dry_run", str(out)])
+    table = json.loads((chain / "long" / "config.json").read_text())["max_position_embeddings"]  # BERT: no offset
+    name = f"bert-base-uncased-mra2-{table}{suffix}"
+    assert repo_id == str(out) and ModelCard.load(out / "README.md").data.model_name == name
+    assert f"me/{name}" in (out / "README.md").read_text()  # the loading example names the repository
+
+
+def test_trained_task_reads_the_last_stage():
+    conversion = {"stage": "conversion", "script": "convert_to_long.py"}
+    hub = {"script": "finetune_glue.py", "data": {"dataset_name": "stanfordnlp/imdb", "dataset_config_name": None}}
+    local = {"script": "finetune_glue.py", "data": {"files": {"train_file": "train.csv"}}}
+    assert trained_task({"stages": [conversion]}) is None and trained_task(None) is None
+    assert trained_task({"stages": [conversion, hub]}) == "imdb"
+    assert trained_task({"stages": [conversion, local]}) == "classification"
+    assert trained_task({"stages": [hub, {**local, "script": "finetune_wikihop.py"}]}) == "wikihop"

@@ -484,7 +484,7 @@ def captured(workspace, monkeypatch, tmp_path, *extra):
 
     from hf_efficient_attn.tasks.wikihop import finetune as wikihop
 
-    capture_trainer(monkeypatch, wikihop)
+    capture_trainer(monkeypatch)
     with pytest.raises(Captured) as caught:
         run(workspace, tmp_path / "captured", *extra)
     return caught.value.kwargs

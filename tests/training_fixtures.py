@@ -16,6 +16,7 @@ from typing import Callable
 
 import transformers as T
 
+from hf_efficient_attn.tasks.common import trainer as crash_safe_trainer
 from hf_efficient_attn.tasks.common.corpus import news_articles
 from hf_efficient_attn.tools.minilm import minilm_path
 
@@ -111,14 +112,14 @@ class Captured(Exception):
         self.kwargs = kwargs
 
 
-def capture_trainer(monkeypatch, module) -> None:
-    """Make ``module``'s pipeline stop where it builds its Trainer, raising :class:`Captured`: the
-    data, masks and collator a run would train on, without training."""
+def capture_trainer(monkeypatch) -> None:
+    """Make the pipelines stop where they build their Trainer (each imports the class there), raising
+    :class:`Captured`: the data, masks and collator a run would train on, without training."""
 
     def record(*args, **kwargs):
         raise Captured(kwargs)
 
-    monkeypatch.setattr(module, "CrashSafeTrainer", record)
+    monkeypatch.setattr(crash_safe_trainer, "CrashSafeTrainer", record)
 
 
 def recorded_rows(folder, step: int, ranks: int = 1) -> list[tuple]:

@@ -33,7 +33,8 @@ class PushArguments:
     repo_id: str = field(
         metadata={
             "help": "The Hub repository, user/name; or only a namespace (user or organisation), which names the "
-            "repository by the convention <base>-<method>-<max_len>[-<dataset_config_name>]."
+            "repository by the convention <base>-<method>-<max_len>[-<task>] (<task>: --dataset_config_name, else the "
+            "last training stage's GLUE task, dataset, or mlm / classification / wikihop)."
         }
     )
     attn_impl: str | None = field(

@@ -35,6 +35,23 @@ def variant_name(base_model: str, attn_impl: str, max_length: int, task: str | N
     return "-".join(parts)
 
 
+#: What each training script trains, the task of a variant whose data names none (local files).
+SCRIPT_TASKS = {"pretrain_mlm.py": "mlm", "finetune_glue.py": "classification", "finetune_wikihop.py": "wikihop"}
+
+
+def trained_task(provenance: dict[str, Any] | None) -> str | None:
+    """The task of a variant, from the last stage its ``provenance.json`` records: the GLUE task
+    (``--task_name``), else the Hub dataset's configuration or name, else what its script trains
+    (:data:`SCRIPT_TASKS`); None when the last stage trained nothing (a conversion) or nothing is recorded."""
+    stages = (provenance or {}).get("stages") or [{}]
+    stage = stages[-1]
+    if stage.get("script") not in SCRIPT_TASKS:
+        return None
+    data = stage.get("data", {})
+    dataset = (data.get("dataset_name") or "").rstrip("/").split("/")[-1]
+    return data.get("task_name") or data.get("dataset_config_name") or dataset or SCRIPT_TASKS[stage["script"]]
+
+
 def resolve_repo_id(repo_id: str, default_name: str | None) -> str:
     """``user/name`` as given; a bare namespace (``user`` or an organisation) gets ``default_name``
     (``ValueError`` when there is none)."""
@@ -174,12 +191,14 @@ def prepare_upload(
     warn_unknown_fields(model_dir, base_model, license)
     model = load_variant(model_dir, attn_impl, attn_config)
     tokenizer = load_tokenizer(tokenizer_name or model_dir, model.config.vocab_size)
+    local_dir = model_dir if Path(model_dir).exists() else None
+    provenance = read_provenance(local_dir)
     default_name = None
     if base_model is not None:
-        default_name = variant_name(base_model, model.config.attn_impl, max_tokens(model.config), dataset_config_name)
+        task = dataset_config_name or trained_task(provenance)
+        default_name = variant_name(base_model, model.config.attn_impl, max_tokens(model.config), task)
     repo_id = resolve_repo_id(repo_id, default_name)
     results_dir = Path(results_file).parent if results_file else None
-    local_dir = model_dir if Path(model_dir).exists() else None
     export_variant(
         model,
         tokenizer,
@@ -191,6 +210,6 @@ def prepare_upload(
         dataset_name=dataset_name,
         dataset_config_name=dataset_config_name,
         trainer_state=find_trainer_state(local_dir, results_dir),
-        provenance=read_provenance(local_dir),
+        provenance=provenance,
     )
     return repo_id

@@ -30,7 +30,14 @@ from transformers.models.longformer.modeling_longformer import LongformerSelfAtt
 from transformers.utils.output_capturing import _CAN_RECORD_REGISTRY
 
 from ..methods.base import METHOD_ATTRIBUTE, AttentionMethod, is_tracing
-from ..registry import build_method, list_methods, method_named_by, resolve_method, saved_attn_implementation
+from ..registry import (
+    build_method,
+    get_method_class,
+    list_methods,
+    method_named_by,
+    resolve_method,
+    saved_attn_implementation,
+)
 from .bridge import RETURN_PROBABILITIES, check_supported, layer_shape, one_row_per_sequence, self_attention_modules
 from .longformer import EfficientLongformerSelfAttention
 from .packing import PACKING_KEYWORDS, sequence_starts, shift_packed_positions
@@ -62,6 +69,8 @@ class EfficientModelMixin:
             del config.attn_impl, config.attn_config
         if method is not None or getattr(config, "attn_impl", None) is not None:
             patch_model(self, method)
+        else:  # nothing to run: a plain Transformers model, as unpatch_model leaves one
+            _set_class(self, _base_class(self))
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         # Input checks here rather than in ``forward``, whose signature Trainer inspects.
@@ -71,13 +80,10 @@ class EfficientModelMixin:
         self._check_length(args, kwargs)
         if not (kwargs.get("output_attentions") or self.config.output_attentions):
             return super().__call__(*args, **kwargs)
+        refusal = attentions_refusal(self.config.model_type, self.config.attn_impl)
+        if refusal is not None:
+            raise ValueError(f"{refusal}; call the model with output_attentions=False")
         methods = [m for m in self.modules() if isinstance(m, AttentionMethod)]
-        if self.config.model_type == "longformer" or not all(hasattr(m, "probabilities") for m in methods):
-            raise ValueError(
-                f"attention method {self.config.attn_impl!r} does not form attention probabilities, so "
-                "output_attentions=True is not supported; call the model with output_attentions=False"
-                + ("" if self.config.model_type == "longformer" else " (only 'softmax' returns them)")
-            )
         for method in methods:
             setattr(method, RETURN_PROBABILITIES, True)
         try:
@@ -157,6 +163,23 @@ class EfficientModelMixin:
             super().set_attn_implementation(attn_implementation, **kwargs)
 
 
+def attentions_refusal(model_type: str, attn_impl: str) -> str | None:
+    """Why a model of ``model_type`` patched with ``attn_impl`` cannot return attention
+    probabilities (``output_attentions=True``), or None when it can (``softmax`` outside Longformer)."""
+    if model_type == "longformer":
+        return (
+            "output_attentions=True is not supported for Longformer models with an efficient method: Longformer "
+            "returns its attentions in its sliding-window layout (each token's window and global tokens), which "
+            f"a method over the whole sequence ({attn_impl!r} here) does not produce"
+        )
+    if not hasattr(get_method_class(attn_impl), "probabilities"):
+        return (
+            f"output_attentions=True is not supported: attention method {attn_impl!r} never forms the attention "
+            "probabilities (only 'softmax' returns them)"
+        )
+    return None
+
+
 def efficient_class(model_class: type[PreTrainedModel]) -> type[PreTrainedModel]:
     """The efficient subclass of ``model_class`` (itself if it already is one)."""
     if issubclass(model_class, EfficientModelMixin):
@@ -182,6 +205,15 @@ def _base_class(model: nn.Module) -> type:
     cls = type(model)
     return next(c for c in cls.__mro__[1:] if not issubclass(c, EfficientModelMixin)) if issubclass(
         cls, EfficientModelMixin) else cls
+
+
+def _set_class(model: PreTrainedModel, cls: type) -> None:
+    """Swap ``model``'s class, and do for it what ``PreTrainedModel.__init__`` does for the class it
+    builds: register its recordable outputs, without which Transformers returns no hidden states or
+    attentions for a class never built in this process. Private registry (no public registration
+    exists); kept in step with the pinned Transformers range (setup.cfg)."""
+    model.__class__ = cls
+    _CAN_RECORD_REGISTRY[model] = model._can_record_outputs
 
 
 def _dispatch(model: PreTrainedModel, attn_implementation: str | dict) -> None:
@@ -219,11 +251,9 @@ def patch_model(
         )
     attn_impl, options = resolve_method(config, attn_impl, attn_config)
     check_supported(config, attn_impl)
-    if getattr(config, "output_attentions", False):
-        raise ValueError(
-            f"attention method {attn_impl!r} does not form attention probabilities; the config asks for "
-            "output_attentions=True: set it to False"
-        )
+    refusal = attentions_refusal(config.model_type, attn_impl)
+    if getattr(config, "output_attentions", False) and refusal is not None:
+        raise ValueError(f"{refusal}; the config asks for output_attentions=True: set it to False")
     if is_patched(model):
         unpatch_model(model)
     restore = config._attn_implementation  # no public accessor (see bridge.py)
@@ -239,11 +269,7 @@ def patch_model(
         setattr(module, METHOD_ATTRIBUTE, method)
         if layer_idx > 0:
             method.share_from(modules[0])
-    model.__class__ = efficient_class(type(model))
-    # What PreTrainedModel.__init__ does for the class it builds: without it Transformers finds no
-    # recordable outputs for the new class and output_hidden_states=True returns None. Private (no
-    # public registration exists); kept in step with the pinned Transformers range (setup.cfg).
-    _CAN_RECORD_REGISTRY[model] = model._can_record_outputs
+    _set_class(model, efficient_class(type(model)))
     setattr(model, _RESTORE_ATTRIBUTE, restore)
     if type(model).__name__.endswith("ForSequenceClassification") and config.model_type != "longformer":
         # The head reads each row's first token: packed rows reach it one row per sequence (bridge.py).
@@ -272,7 +298,7 @@ def unpatch_model(model: PreTrainedModel, restore: str | dict | None = None) -> 
     restore = restore or getattr(model, _RESTORE_ATTRIBUTE, None) or "sdpa"
     del model.config.attn_impl, model.config.attn_config, model.config.attn_implementation
     delattr(model, _RESTORE_ATTRIBUTE)
-    model.__class__ = _base_class(model)
+    _set_class(model, _base_class(model))
     _dispatch(model, restore)
     return model
 

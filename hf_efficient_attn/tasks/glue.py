@@ -19,14 +19,12 @@ import logging
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
-from datasets import Dataset, DatasetDict
 from transformers import (
     DataCollatorWithPadding,
     PreTrainedTokenizerBase,
-    Trainer,
     TrainerCallback,
     TrainingArguments,
     default_data_collator,
@@ -46,7 +44,6 @@ from .common.args import (
 )
 from .common.data import first_rows, load_raw_datasets, mean_length
 from .common.driver import (
-    CrashSafeTrainer,
     check_padding_free,
     check_run,
     evaluate_and_save,
@@ -62,6 +59,10 @@ from .common.driver import (
 from .common.loss import global_mean_loss
 from .common.metrics import SCORE_NAMES, SequenceClassificationMetrics
 from .common.packing import SequenceLabelFlattening
+
+if TYPE_CHECKING:  # datasets is imported where it is used: scripts answer --help and flag errors without it
+    from datasets import Dataset, DatasetDict
+    from transformers import Trainer
 
 logger = logging.getLogger("hf_efficient_attn.tasks")
 
@@ -188,7 +189,7 @@ def load_glue_splits(
         token=token,
         extra_files=data_args.local_files() if data_args.dataset_name is None else None,
     )
-    return DatasetDict({MNLI_SPLITS.get(name, name): rows for name, rows in raw.items()})
+    return type(raw)({MNLI_SPLITS.get(name, name): rows for name, rows in raw.items()})  # a DatasetDict
 
 
 def text_columns(task: GlueTask | None, columns: Sequence[str], split: str) -> tuple[str, str | None]:
@@ -282,7 +283,7 @@ def tokenize_splits(
         )
 
     with main_process_first or contextlib.nullcontext():
-        return DatasetDict({split: prepare(split, rows) for split, rows in raw.items()})
+        return type(raw)({split: prepare(split, rows) for split, rows in raw.items()})  # a DatasetDict
 
 
 def write_predictions(
@@ -377,6 +378,8 @@ def run_glue(
     else:
         multiple = 8 if training_args.fp16 or training_args.bf16 else None
         collator = DataCollatorWithPadding(tokenizer, pad_to_multiple_of=multiple)
+    from .common.trainer import CrashSafeTrainer  # here, not at the top: scripts answer --help without Trainer
+
     trainer = CrashSafeTrainer(
         model=model,
         args=training_args,

@@ -295,7 +295,11 @@ def parse_arguments(
     missing required key and a file that is not a JSON object raise ``ValueError``, before any
     dataclass checks its values.
     """
-    parser = HfArgumentParser(dataclass_types, description=description, formatter_class=_HelpFormatter)
+    # No abbreviations: HfArgumentParser adds each flag twice (--task_name, --task-name), so argparse
+    # would call any prefix ambiguous; a prefix is an unknown flag, answered with the full name.
+    parser = HfArgumentParser(
+        dataclass_types, description=description, formatter_class=_HelpFormatter, allow_abbrev=False
+    )
     argv = list(sys.argv[1:] if argv is None else argv)
     if len(argv) == 1 and argv[0].endswith(".json"):
         return parser.parse_dict(read_json_configuration(argv[0], dataclass_types))

@@ -9,12 +9,12 @@ import csv
 import json
 import os
 from itertools import chain
-from typing import Any, ContextManager, Mapping
+from typing import TYPE_CHECKING, Any, ContextManager, Mapping
 
-import pyarrow
-from datasets import Dataset, DatasetDict, load_dataset
-from datasets.exceptions import DatasetGenerationError
 from transformers import PreTrainedTokenizerBase
+
+if TYPE_CHECKING:  # datasets is imported where it is used: scripts answer --help and flag errors without it
+    from datasets import Dataset, DatasetDict
 
 #: ``load_dataset`` builder for each local file extension.
 BUILDERS = {"txt": "text", "json": "json", "jsonl": "json", "csv": "csv", "tsv": "csv"}
@@ -40,6 +40,8 @@ def load_raw_datasets(
     ``validation_split_percentage`` % of the training rows become it (as in ``run_mlm.py``);
     ``None`` carves none, and so does a training set too small to give one row unless
     ``validation_needed`` (then it is a ``ValueError`` saying how to give one)."""
+    from datasets import DatasetDict, load_dataset
+
     hub = {"cache_dir": cache_dir, "token": token}
     if dataset_name is not None:
         raw = load_dataset(dataset_name, name=dataset_config_name, **hub)
@@ -67,6 +69,9 @@ def load_raw_datasets(
 
 def read_local_file(split: str, path: str, builder: str, options: dict[str, Any], hub: dict[str, Any]) -> Dataset:
     """One local file as a split; ``ValueError`` naming the file when ``datasets`` cannot parse it."""
+    from datasets import load_dataset
+    from datasets.exceptions import DatasetGenerationError
+
     try:
         return load_dataset(builder, data_files={split: path}, split=split, **options, **hub)
     except DatasetGenerationError as err:
@@ -188,6 +193,8 @@ def first_rows(dataset: Dataset, limit: int | None) -> Dataset:
 def mean_length(examples: Dataset | None) -> float | None:
     """Mean number of tokens per example, read from Arrow's list offsets (no Python lists); an
     example whose ``input_ids`` are a list of chunks counts the tokens of all its chunks."""
+    import pyarrow
+
     if examples is None or len(examples) == 0:
         return None
     total = 0

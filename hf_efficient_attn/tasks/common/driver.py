@@ -12,33 +12,37 @@ import os
 import re
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import datasets
 import transformers
 import transformers.integrations
-from datasets import Dataset
 from transformers import (
     AutoConfig,
     AutoTokenizer,
     PretrainedConfig,
     PreTrainedModel,
     PreTrainedTokenizerBase,
-    Trainer,
     TrainingArguments,
 )
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from ...registry import resolve_method
 from ...utils.cpu_allocator import keep_freed_memory
 from .args import ModelArguments
 from .provenance import data_description, source_record, write_provenance
 
+if TYPE_CHECKING:  # datasets and Trainer (which imports datasets) are imported where they are used:
+    # scripts answer --help and flag errors without them
+    from datasets import Dataset
+    from transformers import Trainer
+
 logger = logging.getLogger("hf_efficient_attn.tasks")
 
 
 def setup_logging(training_args: TrainingArguments) -> None:
     """Transformers' examples' logging: info on the main process, warnings elsewhere."""
+    from datasets.utils import logging as datasets_logging
+
     logging.basicConfig(
         format="%(asctime)s - %(levelname)s - %(name)s - %(message)s",
         datefmt="%m/%d/%Y %H:%M:%S",
@@ -48,7 +52,7 @@ def setup_logging(training_args: TrainingArguments) -> None:
         transformers.utils.logging.set_verbosity_info()
     level = training_args.get_process_log_level()
     logger.setLevel(level)
-    datasets.utils.logging.set_verbosity(level)
+    datasets_logging.set_verbosity(level)
     transformers.utils.logging.set_verbosity(level)
     transformers.utils.logging.enable_default_handler()
     transformers.utils.logging.enable_explicit_format()
@@ -135,40 +139,6 @@ def mark_complete(folder: str, global_step: int) -> None:
 
 def is_complete(folder: str) -> bool:
     return os.path.isfile(os.path.join(folder, COMPLETE_MARKER))
-
-
-class CrashSafeTrainer(Trainer):
-    """``Trainer`` whose checkpoints can be killed at any moment: ``checkpoint-N/`` is marked
-    complete (:data:`COMPLETE_MARKER`) after every process has written its files, and only then are
-    older checkpoints rotated away (``--save_total_limit``), so the last complete checkpoint is on
-    disk whenever the process dies. :func:`checkpoint_to_resume` picks the highest complete one."""
-
-    def _save_checkpoint(self, model: Any, trial: Any) -> None:
-        # Trainer has no public hook between writing a checkpoint and rotating the old ones away (the
-        # on_save callbacks run after the rotation), so its private save is extended: the rotation is
-        # held back until the new checkpoint is marked complete, then done as Trainer does it.
-        limit = self.args.save_total_limit
-        self.args.save_total_limit = None
-        try:
-            super()._save_checkpoint(model, trial)
-        finally:
-            self.args.save_total_limit = limit
-        self.accelerator.wait_for_everyone()  # each process has written its own rng_state_<rank>.pth
-        if self.args.should_save:
-            run_dir = self._get_output_dir(trial=trial)
-            step = self.state.global_step
-            mark_complete(os.path.join(run_dir, f"{PREFIX_CHECKPOINT_DIR}-{step}"), step)
-            rotate_checkpoints(run_dir, limit, self.state.best_model_checkpoint, use_mtime=True)
-
-    def _run_epoch(self, *args: Any, **kwargs: Any) -> None:
-        # Resumed from the checkpoint of the last step (a kill during the final save or evaluation),
-        # Trainer 5.24 would still run one more optimiser step in mid-epoch (its loop tests max_steps
-        # only after a step), changing the model unless the learning rate has reached 0. This private
-        # method is the one place that runs before that step: there is nothing to train.
-        if self.state.global_step >= self.state.max_steps > 0:
-            self.control.should_training_stop = True
-            return
-        super()._run_epoch(*args, **kwargs)
 
 
 def last_complete_checkpoint(output_dir: str) -> tuple[str | None, list[str]]:

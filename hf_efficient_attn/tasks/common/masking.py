@@ -11,13 +11,15 @@ which process (or how many) handles an example does not matter. The masking rule
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
-from datasets import Dataset
 from torch.utils.data import Dataset as TorchDataset
 from transformers import DataCollatorForLanguageModeling, TrainerCallback
+
+if TYPE_CHECKING:  # datasets is imported where it is used: scripts answer --help and flag errors without it
+    from datasets import Dataset
 
 
 def example_seed(seed: int, epoch: int, index: int) -> int:

@@ -75,9 +75,13 @@ def write_provenance(folder: str | os.PathLike, record: dict[str, Any], stage: d
 
 
 def data_description(data_args: Any) -> dict[str, Any]:
-    """The data of a run: a Hub dataset (id and configuration) or local files (their names)."""
+    """The data of a run: a Hub dataset (id and configuration) or local files (their names), and the
+    GLUE task (``--task_name``) when one is named."""
     if getattr(data_args, "dataset_name", None) is not None:
-        return {"dataset_name": data_args.dataset_name, "dataset_config_name": data_args.dataset_config_name}
-    flags = ("train_file", "validation_file", "test_file", "validation_mismatched_file", "test_mismatched_file")
-    given = {flag: getattr(data_args, flag, None) for flag in flags}
-    return {"files": {flag: os.path.basename(path) for flag, path in given.items() if path}}
+        data = {"dataset_name": data_args.dataset_name, "dataset_config_name": data_args.dataset_config_name}
+    else:
+        flags = ("train_file", "validation_file", "test_file", "validation_mismatched_file", "test_mismatched_file")
+        given = {flag: getattr(data_args, flag, None) for flag in flags}
+        data = {"files": {flag: os.path.basename(path) for flag, path in given.items() if path}}
+    task = getattr(data_args, "task_name", None)
+    return {**data, "task_name": task} if task else data

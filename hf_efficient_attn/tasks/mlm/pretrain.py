@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from transformers import (
     DataCollatorForLanguageModeling,
@@ -28,7 +28,6 @@ from ...integration.positions import max_tokens
 from ..common.args import DataArguments, ModelArguments, block_length, check_max_seq_length, parse_arguments
 from ..common.data import first_rows, load_raw_datasets, mean_length, text_column, tokenize_in_blocks, tokenize_lines
 from ..common.driver import (
-    CrashSafeTrainer,
     check_padding_free,
     check_run,
     evaluate_and_save,
@@ -45,6 +44,9 @@ from ..common.loss import global_mean_loss
 from ..common.masking import DeterministicallyMaskedDataset, MaskingEpochCallback
 from ..common.metrics import masked_token_accuracy, predicted_tokens
 from ..common.packing import flattening_collator
+
+if TYPE_CHECKING:
+    from transformers import Trainer
 
 logger = logging.getLogger("hf_efficient_attn.tasks")
 
@@ -128,10 +130,12 @@ def mlm_trainer(
     eval_set: DeterministicallyMaskedDataset | None,
     callbacks: Sequence[TrainerCallback] = (),
     padding_free: bool = False,
-) -> CrashSafeTrainer:
+) -> Trainer:
     """The crash-safe Trainer of masked-LM training: the step's global mean loss, masked-token
     accuracy on ``eval_set``, and the masks' epoch kept in step with training; ``padding_free``
     packs each batch into one row (``--padding_free``)."""
+    from ..common.trainer import CrashSafeTrainer  # here, not at the top: scripts answer --help without Trainer
+
     # Padded: input_ids with the pad token and labels with -100 (blocks need none; lines do).
     collator = flattening_collator() if padding_free else DataCollatorForTokenClassification(tokenizer)
     return CrashSafeTrainer(

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pyarrow
-import pyarrow.compute
 import torch
-from datasets import DatasetDict, load_dataset
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+if TYPE_CHECKING:  # datasets is imported where it is used: scripts answer --help and flag errors without it
+    from datasets import DatasetDict
 
 #: The question and candidate markers (the names of the Longformer WikiHop code).
 QUESTION_START, QUESTION_END, CANDIDATE_START, CANDIDATE_END = "[question]", "[/question]", "[ent]", "[/ent]"
@@ -42,6 +42,9 @@ def load_qangaroo(
     ``dev.json``: one JSON array each; JSON lines work too). Each file is read on its own, since the
     original development file has an ``annotations`` field that the training file lacks; only
     :data:`QANGAROO_COLUMNS` are kept. ``ValueError`` naming the missing fields."""
+    import pyarrow.compute
+    from datasets import DatasetDict, load_dataset
+
     if dataset_name is not None:
         raw = load_dataset(dataset_name, dataset_config_name, cache_dir=cache_dir, token=token)
     else:
@@ -215,7 +218,7 @@ def encode_splits(
 ) -> DatasetDict:
     """Every split through ``encoder`` (the raw columns are dropped)."""
     with main_process_first or contextlib.nullcontext():
-        return DatasetDict(
+        return type(raw)(  # a DatasetDict
             {
                 split: rows.map(
                     encoder,

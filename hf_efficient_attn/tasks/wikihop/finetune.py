@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 import numpy as np
-from datasets import DatasetDict
 from transformers import EvalPrediction, TrainerCallback, TrainingArguments
 
 from ...integration.positions import max_tokens
@@ -36,7 +35,6 @@ from ..common.args import (
 )
 from ..common.data import first_rows, mean_length
 from ..common.driver import (
-    CrashSafeTrainer,
     check_run,
     evaluate_and_save,
     load_config,
@@ -157,7 +155,7 @@ def run_wikihop(
     require_splits(raw, training_args)
     limits = {"train": data_args.max_train_samples, "validation": data_args.max_eval_samples}
     wanted = {"train": training_args.do_train, "validation": training_args.do_eval}
-    raw = DatasetDict({split: first_rows(raw[split], limits[split]) for split in raw if wanted[split]})
+    raw = type(raw)({split: first_rows(raw[split], limits[split]) for split in raw if wanted[split]})
 
     tokenizer = load_tokenizer(model_args)
     added = add_markers(tokenizer)
@@ -177,6 +175,8 @@ def run_wikihop(
         )
     train_set, eval_set = encoded.get("train"), encoded.get("validation")
     accuracy = CandidateAccuracy([len(c) for c in raw["validation"]["candidates"]]) if eval_set is not None else None
+    from ..common.trainer import CrashSafeTrainer  # here, not at the top: scripts answer --help without Trainer
+
     trainer = CrashSafeTrainer(
         model=model,
         args=training_args,
