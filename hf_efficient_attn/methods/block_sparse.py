@@ -111,9 +111,20 @@ def _padded_keys(key_real: torch.Tensor | None, block_size: int) -> torch.Tensor
     return ~key_real.reshape(-1, block_size)
 
 
-def _key_padding(key_padding: torch.Tensor, plan: BlockPlan, keys: torch.Tensor) -> torch.Tensor:
-    """(len(keys), b) True for the padded keys of key blocks ``keys``: id (batch, head, y) -> (batch, y)."""
-    return key_padding.index_select(0, keys // (plan.heads * plan.blocks) * plan.blocks + keys % plan.blocks)
+def _mask_padded_keys(scores: torch.Tensor, key_padding: torch.Tensor | None, plan: BlockPlan, keys: torch.Tensor,
+                      key_dim: int) -> None:
+    """Set to -inf, in place, the scores of the padded keys of key blocks ``keys`` (ids (batch, head, y)):
+    ``scores`` viewed as (len(keys), ...) holds each block's b keys along ``key_dim`` (1 or 2). Only
+    the blocks holding a padded key are touched (found by a host read): padding-only blocks are never
+    selected, so these are the few blocks that end a sequence, and a length that is not a multiple of
+    the block size costs a pass over their scores, not over the whole chunk's."""
+    if key_padding is None:
+        return
+    padding = key_padding.index_select(0, keys // (plan.heads * plan.blocks) * plan.blocks + keys % plan.blocks)
+    partial = padding.any(-1).nonzero().squeeze(-1)
+    if partial.numel():
+        blocks = scores.view(len(keys), -1, scores.shape[-1]) if key_dim == 1 else scores
+        blocks[partial] = blocks[partial].masked_fill(padding[partial].unsqueeze(3 - key_dim), -math.inf)
 
 
 # The custom operators' arguments: q, k, v are blocks (B, H, nb, b, d), viewed inside as (R, b, d)
@@ -143,8 +154,7 @@ def block_sparse_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_
         # contiguous or cheaply transposed operands (faster on CPU); the scaling rides on the bmm.
         scores = torch.baddbmm(no_bias, k.index_select(0, keys).view(g, c * b, d),
                                q.index_select(0, queries).transpose(1, 2), beta=0, alpha=scaling)
-        if key_padding is not None:
-            scores.masked_fill_(_key_padding(key_padding, plan, keys).view(g, c * b, 1), -math.inf)
+        _mask_padded_keys(scores, key_padding, plan, keys, key_dim=1)
         row_max = scores.amax(1)  # finite: every selected block holds a real key
         if extra_score is not None:
             extra = extra_score.index_select(0, queries)[:, None]
@@ -204,8 +214,7 @@ def block_sparse_backward(grad_out: torch.Tensor, q: torch.Tensor, k: torch.Tens
         # P = exp(scaling * Q K^T - lse), (G, c * b, b); the scaling rides on the bmm (alpha).
         scores = torch.baddbmm(neg_lse.index_select(0, queries).view(g, c * b, 1), q_rows, k_block.transpose(1, 2),
                                alpha=scaling)
-        if key_padding is not None:
-            scores.masked_fill_(_key_padding(key_padding, plan, keys)[:, None, :], -math.inf)
+        _mask_padded_keys(scores, key_padding, plan, keys, key_dim=2)
         probs = scores.exp_()
         grad_v.index_copy_(0, keys, torch.bmm(probs.transpose(1, 2), d_out))
         # scaling * dS = scaling * P * (dP - delta), dP = dO V^T: dK = (scaling dS)^T Q, dQ = (scaling dS) K.
