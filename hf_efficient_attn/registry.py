@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, Callable
 
 import torch
@@ -25,9 +26,18 @@ METHOD_INIT_SEED = 0
 SAVED_NAME_PREFIX = "hf_efficient_attn:"
 
 
-def register_method(cls: type[AttentionMethod]) -> type[AttentionMethod]:
+def register_method(cls: type[AttentionMethod] | None = None, *, replace: bool = False):
     """Class decorator: make ``cls`` available under ``cls.name`` (also to Transformers'
-    ``attn_implementation=``, even when registered after ``import hf_efficient_attn``)."""
+    ``attn_implementation=``, even when registered after ``import hf_efficient_attn``). A name already
+    taken by another class is refused (``ValueError``) unless ``@register_method(replace=True)``."""
+    if cls is None:
+        return functools.partial(register_method, replace=replace)
+    taken = _METHODS.get(cls.name)
+    if taken is not None and taken is not cls and not replace:
+        raise ValueError(
+            f"attention method {cls.name!r} is already registered ({taken.__module__}.{taken.__qualname__}); "
+            "choose another name, or use @register_method(replace=True) to replace it"
+        )
     _METHODS[cls.name] = cls
     for listener in _LISTENERS:
         listener(cls.name)

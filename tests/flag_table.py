@@ -440,6 +440,7 @@ FLAG_TESTS: dict[str, dict[str, str]] = {
         "push_variant.repo_id": TEST_HUB_UPLOAD + "test_push_uploads_the_dry_run_folder_through_huggingface_hub",
         "push_variant.revision": TEST_HUB_UPLOAD + "test_push_uploads_the_dry_run_folder_through_huggingface_hub",
         "register_method.cls": TEST_BRIDGE + "test_method_registered_after_import_works_in_plain_transformers",
+        "register_method.replace": TEST_BRIDGE + "test_register_method_refuses_a_taken_name_unless_asked_to_replace",
         "unpatch_model.model": TEST_PATCHING + "test_unpatch_restores_exact_attention_class_and_config",
         "unpatch_model.restore": TEST_API_KEYWORDS + "test_unpatch_restore_chooses_the_attention_that_runs",
         "upload_variant.commit_message": TEST_HUB_UPLOAD + "test_push_uploads_the_dry_run_folder_through_huggingface_hub",

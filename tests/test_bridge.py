@@ -124,6 +124,24 @@ def test_method_registered_after_import_works_in_plain_transformers(monkeypatch)
     assert isinstance(doubled.encoder.layer[0].attention.self.efficient_attn, DoubledValues)
 
 
+def test_register_method_refuses_a_taken_name_unless_asked_to_replace(monkeypatch):
+    from hf_efficient_attn import registry
+    from hf_efficient_attn.methods.softmax import SoftmaxAttention
+
+    monkeypatch.setattr(registry, "_METHODS", dict(registry._METHODS))  # leave the real registry untouched
+    original = registry.get_method_class("mra2")
+
+    class Impostor(SoftmaxAttention):
+        name = "mra2"
+
+    with pytest.raises(ValueError, match=r"'mra2' is already registered .*replace=True"):
+        hea.register_method(Impostor)
+    assert registry.get_method_class("mra2") is original
+    assert hea.register_method(original) is original  # the same class again: a no-op, not an error
+    assert hea.register_method(replace=True)(Impostor) is Impostor
+    assert registry.get_method_class("mra2") is Impostor
+
+
 def test_plain_transformers_unsupported_architecture_is_a_clear_error():
     config = T.T5Config(vocab_size=50, d_model=16, d_kv=4, num_heads=4, d_ff=32, num_layers=1)
     model = T.T5EncoderModel._from_config(config, attn_implementation="mra2")
