@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "tests"))  # the list lives beside the tests it names
 from mutations import MUTATIONS, Mutation  # noqa: E402
+
 #: What a copy needs to run the tests (no .git, no virtual environment, no outputs).
 COPIED = ("hf_efficient_attn", "model_cards", "tests", "scripts", "configs", "setup.cfg", "pyproject.toml")
 

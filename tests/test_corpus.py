@@ -21,7 +21,7 @@ def test_wikipedia_text_is_plain():
         assert text.strip(), title
         for markup in ("[[", "]]", "{{", "}}", "'''", "==", "<ref", "#REDIRECT"):
             assert markup not in text, (title, markup)
-        assert ":" not in title or not title.split(":")[0] in {"Wikipedia", "Category", "File", "Template"}
+        assert ":" not in title or title.split(":")[0] not in {"Wikipedia", "Category", "File", "Template"}
     anarchism = dict(wikipedia_articles(with_titles=True))["Anarchism"]
     assert anarchism.startswith("Anarchism is a political philosophy")
 

@@ -1,7 +1,8 @@
 """GLUE fine-tuning: metrics against references computed another way, tiny runs on real text in
 the Hub's layouts (csv, tsv, json) whose reported metrics equal scikit-learn/scipy on the saved
 model's own predictions, MNLI matched + mismatched, the submission files, LoRA round trip with
-Linformer's projections, resume = uninterrupted, bad input and the GLUE recipes. The canonical tasks, labels and options: test_glue_tasks.py."""
+Linformer's projections, resume = uninterrupted, bad input and the GLUE recipes. The canonical tasks,
+labels and options: test_glue_tasks.py."""
 
 import dataclasses
 import json
@@ -309,9 +310,9 @@ def test_hub_layout_is_read_as_local_files(monkeypatch):
     """--task_name alone reads nyu-mll/glue (replaced here by an in-memory copy of its MNLI
     layout: ClassLabel ids, validation_matched/..._mismatched, test labels -1); the splits get
     the local names and nothing is carved from train."""
+    import datasets
     from datasets import ClassLabel, Dataset, DatasetDict, Features, Value
 
-    import datasets
     from hf_efficient_attn.tasks.glue import load_glue_splits
 
     features = Features(premise=Value("string"), hypothesis=Value("string"),

@@ -91,8 +91,6 @@ def hub_copy(task, rows=12):
 def captured_glue(workspace, monkeypatch, tmp_path, task, **overrides):
     from training_fixtures import Captured, capture_trainer
 
-    from hf_efficient_attn.tasks import glue
-
     capture_trainer(monkeypatch)
     with pytest.raises(Captured) as caught:
         run(workspace, task, tmp_path / "captured", **overrides)

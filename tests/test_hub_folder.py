@@ -53,7 +53,8 @@ def _imported_names(source: str) -> list[str]:
 @pytest.mark.parametrize("case", CASES)
 def test_shipped_code_is_the_package_source_with_torch_and_transformers_only(hub_variants, case):
     """Each hea_*.py is a package module with only its import lines changed; shipped files import
-    only the standard library, torch, transformers and each other; only the chosen method family ships (with the helpers it imports)."""
+    only the standard library, torch, transformers and each other; only the chosen method family ships
+    (with the helpers it imports)."""
     folder = hub_variants[case].folder
     sources = {
         remote_code.shipped_module_name(".".join(p.relative_to(REPO).with_suffix("").parts)): p

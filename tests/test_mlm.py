@@ -170,7 +170,8 @@ def run(workspace, output_dir, *extra, model="model", files=("train", "validatio
     """pretrain_mlm.py on the workspace's model and ``files`` (of train, validation)."""
     args = [
         "--model_name_or_path", workspace[model], "--attn_impl", "mra2", "--attn_config", '{"block_size": 16}',
-        *[arg for split in files for arg in (f"--{split}_file", workspace[split])], "--max_seq_length", str(SEQ), "--output_dir", str(output_dir), "--per_device_eval_batch_size", "8",
+        *[arg for split in files for arg in (f"--{split}_file", workspace[split])],
+        "--max_seq_length", str(SEQ), "--output_dir", str(output_dir), "--per_device_eval_batch_size", "8",
         "--learning_rate", "2e-3", "--logging_steps", "1", "--report_to", "none", "--disable_tqdm", "true",
         "--seed", "7", *extra,
     ]  # fmt: skip
@@ -315,8 +316,6 @@ def test_recipes_name_only_known_flags(name, tmp_path, monkeypatch):
 def captured(workspace, monkeypatch, tmp_path, *extra, files=("train", "validation")):
     """What ``run`` would give its Trainer (nothing is trained)."""
     from training_fixtures import Captured, capture_trainer
-
-    from hf_efficient_attn.tasks.mlm import pretrain as mlm
 
     capture_trainer(monkeypatch)
     with pytest.raises(Captured) as caught:

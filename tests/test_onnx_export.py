@@ -34,7 +34,8 @@ def run_onnx(folder, inputs):
 def test_exported_variant_equals_pytorch_at_any_length_and_batch(tmp_path, method):
     model = save_variant(tmp_path / "variant", method)
     cli.main(["--model_dir", str(tmp_path / "variant"), "--output_dir", str(tmp_path / "onnx"), "--export_length", "64"])
-    assert {"model.onnx", "config.json", "tokenizer.json", "onnx_validation.json"} <= {p.name for p in (tmp_path / "onnx").iterdir()}
+    written = {p.name for p in (tmp_path / "onnx").iterdir()}
+    assert {"model.onnx", "config.json", "tokenizer.json", "onnx_validation.json"} <= written
     checks = json.loads((tmp_path / "onnx" / "onnx_validation.json").read_text())
     assert [c["seq_len"] for c in checks] == [64, 97]
     for batch, length, real in [(3, 100, 71), (1, 17, 17)]:  # neither the export's batch nor its length
@@ -78,7 +79,8 @@ def test_bad_arguments_are_clear_errors(tmp_path):
 @pytest.mark.parametrize("argv, message", [
     (["--output_dir", "out"], "the following arguments are required: --model_dir"),
     (["--model_dir", "missing", "--output_dir", "out"], "--model_dir missing: no such folder"),
-    (["--model_dir", "variant", "--output_dir", "out", "--export_length", "x"], "--export_length/--export-length: invalid int value"),
+    (["--model_dir", "variant", "--output_dir", "out", "--export_length", "x"],
+     "--export_length/--export-length: invalid int value"),
 ])
 def test_the_script_reports_bad_arguments_in_one_line(tmp_path, monkeypatch, capsys, argv, message):
     monkeypatch.chdir(tmp_path)

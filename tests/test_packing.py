@@ -11,8 +11,8 @@ from tiny import ARCHITECTURES, VOCAB, tiny_config
 from transformers import DataCollatorWithFlattening
 
 import hf_efficient_attn as hea
-from hf_efficient_attn.registry import get_method_class
 from hf_efficient_attn.integration.positions import position_offset
+from hf_efficient_attn.registry import get_method_class
 
 #: Longer than every method's exact length at SMALL_BUDGETS (mra2 with one block per row is exact up
 #: to its 32-token block), of different lengths, none a multiple of a block.

@@ -482,8 +482,6 @@ def test_recipes(name, tmp_path, monkeypatch):
 def captured(workspace, monkeypatch, tmp_path, *extra):
     from training_fixtures import Captured, capture_trainer
 
-    from hf_efficient_attn.tasks.wikihop import finetune as wikihop
-
     capture_trainer(monkeypatch)
     with pytest.raises(Captured) as caught:
         run(workspace, tmp_path / "captured", *extra)

@@ -16,10 +16,10 @@ from tqdm.auto import tqdm
 
 from ...utils.cpu_allocator import keep_freed_memory, return_freed_memory
 from .steps import attention_step, compile_timings, mixed_length_timings, model_step, onnx_timings
+from .timing import call_peak_mb, median_seconds
 
 #: The benchmarks whose process returns several timings, and the function that takes them.
 TIMINGS = {"compile": compile_timings, "onnx": onnx_timings, "mixed_lengths": mixed_length_timings}
-from .timing import call_peak_mb, median_seconds
 
 
 @dataclass
