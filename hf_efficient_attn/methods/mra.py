@@ -1,93 +1,12 @@
-"""MRA-2: multiresolution approximation of self-attention (Zeng et al., "Multi Resolution Analysis
-(MRA) for Approximate Self-Attention", ICML 2022).
+"""MRA-2 and MRA-2-s (Zeng et al., "Multi Resolution Analysis (MRA) for Approximate Self-Attention",
+ICML 2022): masked block means and block-level scores (section 4.1, eqs. 10-12), the budget's
+selection of block pairs (Alg. 1 with R = {b, 1}), and the output (Alg. 2, eqs. 13-14, 17-18): exact
+attention in the selected blocks merged with the low-resolution part by their log-sum-exps.
 
-The attention matrix A = exp(P), P = Q K^T * scaling, is approximated at two resolutions
-R = {b, 1} with b = ``block_size`` (section 5, "Baselines": R = {32, 1}).
-
-1. Low resolution (section 4.1, eqs. 10-12): block means of the queries and keys,
-   Q~_x = mean of the queries of block x (eq. 11), give one score per block pair,
-   log mu_{x,y} = Q~_x . K~_y * scaling, the exponential of the mean of P over the block (eq. 10,
-   a lower bound of the block mean of A).
-2. Selection (Alg. 1 with R = {b, 1}): the ``budget`` pairs (x, y) with the largest mu_{x,y} are
-   refined to resolution 1, i.e. attended exactly; every other pair keeps the constant
-   mu_{x,y} for all its entries (eq. 13). ``budget`` = ``block_per_row`` x number of query
-   blocks, taken over all block pairs of a head at once (a global top-k, as the official code),
-   optionally after "priors" (Alg. 1: "Initial J ... prespecified via priors").
-3. Output (Alg. 2, eq. 14): ``mra2`` = softmax over [exact scores in the selected blocks,
-   log mu in the other blocks] times V; the low-resolution part of row block x is
-   sum_y c_y mu_{x,y} V~_y with c_y the number of real keys in block y and V~_y their mean (eq. 17).
-   ``mra2_s`` (MRA-2-s, eq. 18) keeps only the selected blocks.
-
-Both parts are normalised together, in a numerically stable way: each part carries its own
-log-sum-exp (row maxima subtracted before exponentiating), and the two are merged by their
-log-sum-exps. A query block gets no exact block only when priors use up the budget; its rows
-are then zero for ``mra2_s`` (as in the official code) and low-resolution only for ``mra2``.
-
-Our choices where the paper is vague (following the official code, mlpen/mra-attention and
-Transformers' ``modeling_mra.py``, unless said otherwise):
-
-- Ranking score: mu_{x,y} minus its row maximum (official ``low_resolution_logit_normalized``);
-  the row maximum is taken over blocks with real tokens only (the official one also sees padded
-  blocks). This puts every query block's best key block ahead of all other pairs, so with
-  ``block_per_row >= 1``, no priors and no tied scores every query block gets at least one exact
-  block (ties at the row maximum, as in the official code, may leave a block without one).
-  Pairs tied at the budget's cut go to the lowest (x, y) index (the official top-k breaks such
-  ties arbitrarily), so the choice does not depend on appended padding.
-- Priors (official ``initial_prior_first_n_blocks`` / ``initial_prior_diagonal_n_blocks``, off
-  by default as in Transformers' ``MraConfig``): three prior sets, the first ``n`` query-block
-  rows, the first ``n`` key-block columns (global tokens), and the band |x - y| <= n // 2 around
-  the diagonal. As in the official code, which adds 5e3 to a pair's score once per set it belongs
-  to, pairs rank first by how many sets hold them, then by score; so when prior pairs outnumber
-  the budget, pairs in several sets (e.g. (0, 0), or the diagonal of the first row) win. Prior
-  pairs count against the budget.
-- Padding: block means, counts and the ranking use real tokens only (official masked means);
-  blocks without a real token are never selected and never attended. The budget is
-  ``block_per_row`` x (number of query blocks holding a real token) of *that* sequence, at most
-  all real block pairs, so appending padding changes nothing (the official code's budget depends
-  on the padded model length). The sequence is padded internally to a multiple of
-  ``block_size``; internal padding is treated exactly like key padding.
-- Blocks are cut every ``block_size`` positions from the first one, so *left* padding (pad
-  tokens before the text) moves the real tokens across block boundaries and changes the
-  approximation, unless its length is a multiple of ``block_size`` (then outputs are unchanged,
-  as for right padding; both are tested). Pad on the right, as BERT/RoBERTa tokenizers do by
-  default. The official code has the same block boundaries.
-- Gradients flow through the exact blocks and the low-resolution term (block means); the
-  selection itself is not differentiated (as the official code, which selects under no_grad).
-
-Three backends compute the same thing:
-
-- ``gather``: plain PyTorch (:mod:`.block_sparse`). Query blocks are grouped by their number of
-  selected key blocks; each chunk's key blocks are gathered with ``index_select`` and multiplied
-  in batched matmuls. For ``mra2`` the low-resolution part (a dense (nb x nb) block-level
-  softmax) enters as one extra key per query block, as in ``flex`` below. A custom operator
-  with its own backward keeps only the output and the per-row log-sum-exp and recomputes the
-  selected blocks in the backward (flash attention's scheme), so memory is O(n) and time grows
-  with the number of selected blocks. Every dtype and device (half precision is computed in fp32).
-- ``pairs``: plain PyTorch with static shapes (:mod:`.block_pairs`): the same computation over a
-  fixed-length list of the selected pairs, each row's softmax a segment reduction. A few dozen
-  kernels per call whatever the selection, and no value read on the host, where ``gather``
-  launches a few kernels per group of query blocks; the same backward scheme and dtypes.
-- ``flex``: ``torch.nn.attention.flex_attention`` (compiled), with a ``BlockMask`` listing the
-  selected key blocks of every query block and a ``mask_mod`` for padded keys. For ``mra2``
-  the low-resolution part enters the same call as one virtual key per query block x, with
-  value = the low-resolution output of x and score = its log-sum-exp; the kernel's own
-  online softmax then performs exactly the log-sum-exp merge. (``return_lse`` would allow
-  merging afterwards, but compiled flex on CPU rejects it in fp32 and returns wrong outputs with
-  it in fp16/bf16, torch 2.13.) Compiled flex on CPU is inference only.
-- ``auto`` (default): ``pairs`` on CUDA (``gather`` is launch-bound there), ``gather`` elsewhere
-  (faster than ``pairs`` and ``flex`` on CPU, no compilation per shape). ``flex`` compiles per
-  length: ask for it with ``backend="flex"``. Measurements: docs/benchmarks.md.
-
-Compilation and export. The selection has static shapes (a top-k whose k is the largest budget
-of the padded shape; per-sequence budgets stay tensors), and ``gather``'s data-dependent kernel is
-a custom operator (:mod:`.block_sparse`), so ``torch.compile`` traces a whole model in one graph
-(training included) and runs the same kernel as eager; ``pairs`` is traced as it is (an
-``autograd.Function`` of standard operators). Traced graphs pad by at least one token
-and to at least two blocks (:func:`padded_blocks`), so that one graph serves every length
-(dynamic shapes). ``torch.export`` and ONNX export (inference) run :mod:`.block_pairs`'s
-forward, whatever the backend. Under ``torch.compile`` on CUDA, ``flex`` calls ``flex_attention`` in the outer graph
-(checked with the eager backend); on CPU, Inductor cannot compile it there (torch 2.13), so it runs outside the
-graph with its own compiled kernel (graph breaks around it; ``gather`` has none).
+The exact part runs on one of three backends: ``gather`` (:mod:`.block_sparse`), ``pairs``
+(:mod:`.block_pairs`) or ``flex`` (FlexAttention, below); ``auto`` runs ``pairs`` on CUDA and
+``gather`` elsewhere. What each computes, the choices made where the paper is vague (ranking,
+ties, priors, padding), compilation and export: docs/methods/mra.md.
 """
 
 from __future__ import annotations
@@ -108,7 +27,7 @@ from .block_sparse import block_sparse_attention
 
 BACKENDS = ("auto", "flex", "gather", "pairs")
 #: The flex path pads the length to a multiple of this, so that few shapes get compiled
-#: (compiled shapes are static: one compilation, ~5-10 s, per (batch, heads, padded length,
+#: (compiled shapes are static: one compilation per (batch, heads, padded length,
 #: head_dim, dtype, method)). Padded blocks are never selected, so the padding costs next to nothing.
 FLEX_LENGTH_MULTIPLE = 1024
 #: Dynamo compiles at most this many shapes of flex_attention (its default, 8, would run any
@@ -136,7 +55,7 @@ class MraOptions(MethodOptions):
     # Alg. 1 "prespecified via priors"; 0 = off (Transformers' MraConfig defaults).
     initial_prior_first_n_blocks: int = 0
     initial_prior_diagonal_n_blocks: int = 0
-    # "auto", "flex", "gather" or "pairs" (module docstring).
+    # "auto", "flex", "gather" or "pairs" (docs/methods/mra.md, "Backends").
     backend: str = "auto"
 
     def validate(self) -> None:
@@ -200,7 +119,7 @@ def select_blocks(logits: torch.Tensor, counts: torch.Tensor, block_per_row: int
     """Alg. 1 for R = {b, 1}: bool (B, H, nb, nb), True for the block pairs attended exactly.
 
     Per sequence the budget is block_per_row x (query blocks holding a real token), capped at
-    all real block pairs; pairs are ranked over the whole head (see module docstring)."""
+    all real block pairs; pairs are ranked over the whole head (docs/methods/mra.md, "Choices where the paper is vague")."""
     batch, heads, nb, _ = logits.shape
     has_real = counts > 0
     # Pairs with a block without real tokens are never selected (a no-op without padding).
@@ -337,7 +256,7 @@ def flex_mra_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, real: 
     """Softmax attention over the selected blocks in one FlexAttention call; given the
     low-resolution (out, lse) of every query block, (B, H, nb, D) and (B, H, nb), query block x
     also attends to one virtual key with value ``low_out[x]`` and score ``low_lse[x]``, which is
-    exactly the log-sum-exp merge of both parts (see the module docstring)."""
+    exactly the log-sum-exp merge of both parts (docs/methods/mra.md, "Backends")."""
     batch, heads, length, dim = q.shape
     nb = length // block_size
     blocks_real = real.view(batch, nb, block_size)
