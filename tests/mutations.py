@@ -906,6 +906,14 @@ MUTATIONS: list[Mutation] = [
     Mutation(P + "tasks/common/provenance.py", '    return {**data, "task_name": task} if task else data',
              "    return data", (T + "test_provenance.py::-k default_name",),
              "a GLUE task on local files is not recorded, and the variant is named 'classification'"),
+    # ---- examples of the docs -------------------------------------------------------------------------------------
+    Mutation("README.md", '    minilm_path(), attn_impl="mra2", attn_config={"block_per_row": 8}, num_labels=2)',
+             '    "roberta-base", attn_impl="mra2", attn_config={"block_per_row": 8}, num_labels=2)',
+             (T + "test_doc_examples.py::-k README",), "the README's example needs the Hub"),
+    Mutation("docs/usage.md", "q, k, v = torch.randn(3, 2, 12, 1024, 32).unbind(0)", "",
+             (T + "test_doc_examples.py::-k usage",), "an example uses names it never defines"),
+    Mutation("docs/adding_a_method.md", "example: module: hf_efficient_attn", "example: modul: hf_efficient_attn",
+             (T + "test_doc_examples.py::-k every_block",), "a misspelled example marker is taken for no marker"),
     # ---- the flag table --------------------------------------------------------------------------------------------
     Mutation(P + "tasks/common/args.py", "    padding_free: bool = field(", "    pack_rows: bool = field(",
              (T + "test_flag_table.py::-k pretrain_mlm",), "a new flag without an effect test"),
