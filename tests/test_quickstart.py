@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+from unittest import mock
 
 import pandas as pd
 import pytest
@@ -12,6 +13,7 @@ import torch
 from huggingface_hub import ModelCard
 from sklearn.metrics import accuracy_score
 from transformers import AutoTokenizer
+from transformers.utils import logging as hf_logging
 
 import hf_efficient_attn as hea
 from hf_efficient_attn.tools import quickstart
@@ -70,6 +72,10 @@ def test_quickstart_twice_quiet_and_reproducible(tmp_path):
         assert str(out / step) in summary, step
 
     assert json.loads((out / "1-long" / "config.json").read_text())["max_position_embeddings"] >= 1024
+    sentence_transformers = pytest.importorskip("sentence_transformers")
+    with mock.patch.object(hf_logging.get_logger("transformers.modeling_utils"), "warning") as warning:
+        sentence_transformers.SentenceTransformer(str(out / "2-mlm"), device="cpu")
+    assert "MISSING" not in str(warning.call_args_list)  # the quickstart's sentence-transformers files
     assert _results(out / "2-mlm")["train_samples"] > 0
     news = _results(out / "3-newsgroups")
     assert f"accuracy {news['eval_accuracy']:.3f} on {news['eval_samples']} held-out newsgroup posts" in summary
