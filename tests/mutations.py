@@ -927,6 +927,16 @@ MUTATIONS: list[Mutation] = [
     Mutation(P + "tools/quickstart.py", '"model_args": {"add_pooling_layer": False}', '"model_args": {}',
              (T + "test_quiet_loading.py::-k sentence_transformers",),
              "sentence-transformers reports the quickstart model's pooler as missing"),
+    # ---- the quickstart's reused steps -----------------------------------------------------------------------------
+    Mutation(P + "tools/quickstart.py", "redone_inputs = [step for step in STEP_INPUTS[name] if step not in reused]",
+             "redone_inputs = []", (T + "test_quickstart.py::-k redone_only",),
+             "a step is reused although a step it reads is redone"),
+    Mutation(P + "tools/quickstart.py", "    save_state(output_dir, records, reused)  # a step", "    pass  # a step",
+             (T + "test_quickstart.py::-k redone_only",), "a step stopped while redone is reused from its deleted folder"),
+    Mutation(P + "tools/quickstart.py", '"2-mlm": ("max_length", "mlm_steps")', '"2-mlm": ("mlm_steps",)',
+             (T + "test_quickstart.py::-k redone_only",), "a step's record misses a setting it takes"),
+    Mutation(P + "tools/quickstart.py", "            if name in reused:\n", "            if name in reused or name == \"data\":\n",
+             (T + "test_quickstart.py::-k redone_only",), "a step is reused that the message says is redone"),
     # ---- the flag table --------------------------------------------------------------------------------------------
     Mutation(P + "tasks/common/args.py", "    padding_free: bool = field(", "    pack_rows: bool = field(",
              (T + "test_flag_table.py::-k pretrain_mlm",), "a new flag without an effect test"),
