@@ -97,7 +97,7 @@ def test_every_block_is_found_and_every_marker_is_known():
         if "covered" in example.kinds:  # the test named exists and reads this file
             test = REPO / example.kinds["covered"]
             assert test.is_file() and Path(example.path).name in test.read_text(), example.id
-    markers = [m for p in DOCS for m in MARKER.findall((REPO / p).read_text())]
+    markers = [m for p in DOCS for m in re.findall(rf"^ *{MARKER.pattern}$", (REPO / p).read_text(), re.M)]
     assert len(markers) == sum(bool(example.kinds) for example in EXAMPLES), "a marker not right before a block"
 
 
