@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+from unittest import mock
 
 import pandas as pd
 import pytest
@@ -12,6 +13,7 @@ import torch
 from huggingface_hub import ModelCard
 from sklearn.metrics import accuracy_score
 from transformers import AutoTokenizer
+from transformers.utils import logging as hf_logging
 
 import hf_efficient_attn as hea
 from hf_efficient_attn.tools import quickstart
@@ -70,6 +72,10 @@ def test_quickstart_twice_quiet_and_reproducible(tmp_path):
         assert str(out / step) in summary, step
 
     assert json.loads((out / "1-long" / "config.json").read_text())["max_position_embeddings"] >= 1024
+    sentence_transformers = pytest.importorskip("sentence_transformers")
+    with mock.patch.object(hf_logging.get_logger("transformers.modeling_utils"), "warning") as warning:
+        sentence_transformers.SentenceTransformer(str(out / "2-mlm"), device="cpu")
+    assert "MISSING" not in str(warning.call_args_list)  # the quickstart's sentence-transformers files
     assert _results(out / "2-mlm")["train_samples"] > 0
     news = _results(out / "3-newsgroups")
     assert f"accuracy {news['eval_accuracy']:.3f} on {news['eval_samples']} held-out newsgroup posts" in summary
@@ -90,7 +96,7 @@ def test_quickstart_twice_quiet_and_reproducible(tmp_path):
     assert "Masked-LM pretraining (`pretrain_mlm.py`" in card.text and "fine-tuning (`finetune_glue.py`" in card.text
 
     second = _run(out)
-    assert "reusing the steps the previous run finished" in second.stdout
+    assert f"reusing every step in {out} (same settings)" in second.stdout
     assert second.stdout.count(": reused") == 5
     assert second.stdout[second.stdout.index("quickstart done"):].split("\n", 1)[1] == summary.split("\n", 1)[1]
 
@@ -99,17 +105,92 @@ SETTINGS = {"attn_impl": "mra2", "attn_config": {}, "max_length": 1024, "mlm_ste
             "finetune_epochs": 2}
 
 
-def test_an_existing_output_folder_is_reused_replaced_or_refused(tmp_path):
+def test_an_existing_output_folder_is_reused_or_refused(tmp_path):
     out = str(tmp_path / "out")
-    assert quickstart.finished_steps(out, SETTINGS) == ([], f"writing into {out}")
+    records = quickstart.step_records(SETTINGS)
+    assert quickstart.reusable_steps(out, records) == ([], f"writing into {out}")
     os.makedirs(os.path.join(out, "1-long"))
     with pytest.raises(ValueError, match="holds files that are not a quickstart's"):
-        quickstart.finished_steps(out, SETTINGS)  # someone else's folder is never deleted
-    quickstart.save_state(out, SETTINGS, ["data", "1-long"])
-    done, what = quickstart.finished_steps(out, SETTINGS)
-    assert done == ["data", "1-long"] and what.startswith("reusing") and os.path.isdir(os.path.join(out, "1-long"))
-    done, what = quickstart.finished_steps(out, {**SETTINGS, "max_length": 2048})
-    assert done == [] and what.startswith("replacing") and not os.path.exists(out)
+        quickstart.reusable_steps(out, records)  # someone else's folder is never deleted
+    quickstart.save_state(out, records, ["data", "1-long"])
+    reused, what = quickstart.reusable_steps(out, records)
+    assert reused == ["data", "1-long"] and os.path.isdir(os.path.join(out, "1-long"))
+    assert what == (f"reusing data, 1-long in {out}; redoing 2-mlm (no finished output), 3-newsgroups (no finished "
+                    "output), 4-upload (no finished output)")  # fmt: skip
+
+
+class _Ran(list):
+    """The steps run, in order; ``fail``: the steps that raise."""
+
+    fail: set[str]
+
+
+@pytest.fixture
+def fake_steps(monkeypatch) -> _Ran:
+    """The quickstart with each step replaced by one that writes its folder at once: the list of
+    steps run grows as they run; a step named in ``fail`` raises."""
+    ran = _Ran()
+    ran.fail = fail = set()
+
+    def steps(folder, settings):
+        def make(name):
+            def step(*progress):
+                if name in fail:
+                    raise RuntimeError(f"{name} stopped")
+                os.makedirs(folder[name])
+                with open(os.path.join(folder[name], "settings.json"), "w") as f:
+                    json.dump(settings, f)
+                ran.append(name)
+            return step
+        return {name: (name, make(name), False) for name in quickstart.STEPS}
+
+    monkeypatch.setattr(quickstart, "_steps", steps)
+    monkeypatch.setattr(quickstart, "_results", lambda folder: {"eval_accuracy": 0.5, "perplexity": 2.0,
+                                                                 "eval_samples": 1})  # fmt: skip
+    return ran
+
+
+def _again(out, fake_steps, capsys, **changed) -> tuple[list[str], str]:
+    fake_steps.clear()
+    quickstart.run(str(out), **{**SETTINGS, **changed})
+    return list(fake_steps), capsys.readouterr().out.split("\n")[0]
+
+
+def test_a_step_is_redone_only_when_its_settings_or_inputs_changed(tmp_path, fake_steps, capsys):
+    """A step is reused when it finished with the same settings and the steps it reads are reused:
+    a changed setting redoes its step and the steps after it that read it, nothing before; the
+    first line says exactly which steps are reused and which are redone, and why."""
+    out = tmp_path / "out"
+    assert _again(out, fake_steps, capsys)[0] == list(quickstart.STEPS)
+    ran, said = _again(out, fake_steps, capsys)
+    assert ran == [] and said.startswith(f"quickstart: reusing every step in {out} (same settings)")
+    ran, said = _again(out, fake_steps, capsys, finetune_epochs=1)
+    assert ran == ["3-newsgroups", "4-upload"]
+    assert said.startswith(f"quickstart: reusing data, 1-long, 2-mlm in {out}; redoing 3-newsgroups (changed: "
+                           "--finetune_epochs), 4-upload (input redone: 3-newsgroups);")  # fmt: skip
+    assert json.loads((out / "3-newsgroups" / "settings.json").read_text())["finetune_epochs"] == 1
+    assert json.loads((out / "2-mlm" / "settings.json").read_text())["finetune_epochs"] == 2  # left as it was
+    ran, said = _again(out, fake_steps, capsys, finetune_epochs=1, mlm_steps=3)
+    assert ran == ["2-mlm", "3-newsgroups", "4-upload"] and "redoing 2-mlm (changed: --mlm_steps), 3-newsgroups (input " \
+        "redone: 2-mlm)" in said  # fmt: skip
+    ran, said = _again(out, fake_steps, capsys, finetune_epochs=1, mlm_steps=3, max_length=512)
+    assert ran == ["1-long", "2-mlm", "3-newsgroups", "4-upload"]
+    assert "redoing 1-long (changed: --max_length), 2-mlm (changed: --max_length)" in said
+
+    last = dict(finetune_epochs=1, mlm_steps=3, max_length=512)
+    fake_steps.fail.add("1-long")  # stopped in its first redone step: that step's old output is gone
+    with pytest.raises(RuntimeError):
+        _again(out, fake_steps, capsys, **last, attn_impl="yoso")
+    assert "redoing 1-long (changed: --attn_impl)" in capsys.readouterr().out
+    fake_steps.fail.clear()
+    fake_steps.fail.add("2-mlm")  # what this run finishes is reused next time, the rest redone
+    with pytest.raises(RuntimeError):
+        _again(out, fake_steps, capsys, **last)
+    assert fake_steps == ["1-long"] and "redoing 1-long (no finished output)" in capsys.readouterr().out
+    fake_steps.fail.clear()
+    ran, said = _again(out, fake_steps, capsys, **last)
+    assert ran == ["2-mlm", "3-newsgroups", "4-upload"] and f"reusing data, 1-long in {out}; redoing 2-mlm (no " \
+        "finished output), 3-newsgroups (no finished output), 4-upload (no finished output)" in said  # fmt: skip
 
 
 def test_the_method_and_its_options_reach_the_run(monkeypatch):

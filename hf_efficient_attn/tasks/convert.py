@@ -25,6 +25,7 @@ from ..integration.auto import chosen_method
 from ..integration.bridge import SELF_ATTENTION_CLASSES
 from ..integration.patching import patch_model
 from ..integration.positions import check_max_length, extend_position_embeddings, max_tokens
+from .common.loading import HeldBackLoadReport, expected_differences
 from .common.provenance import source_record, write_provenance
 
 
@@ -134,8 +135,8 @@ def convert_to_long(
         )
     name, options = chosen_method(config, attn_impl, attn_config)
     # Plain Transformers loads the weights; the method is attached after the extension (see above).
-    held_back = _HeldBackTyingWarnings()
-    with torch.random.fork_rng(), held_back:  # a new head's init is seeded; the caller's generator is restored
+    held_back, load_report = _HeldBackTyingWarnings(), HeldBackLoadReport()
+    with torch.random.fork_rng(), held_back, load_report:  # a new head's init is seeded; the caller's generator is restored
         torch.manual_seed(seed)
         model, loading_info = AutoModelForMaskedLM.from_pretrained(
             model_name_or_path, config=config, output_loading_info=True, **hub_kwargs
@@ -143,6 +144,8 @@ def convert_to_long(
     prefix = model.base_model_prefix + "."
     new_head = sorted(k for k in loading_info["missing_keys"] if not k.startswith(prefix))
     held_back.release(unless_about=new_head)
+    if expected_differences(model, loading_info) is None:  # else the report's "MLM head" line says it
+        load_report.release()
     tokens_before = max_tokens(config)
     if max_length > tokens_before:  # a table as long or longer is kept (e.g. Longformer's 4096)
         extend_position_embeddings(model, max_length)

@@ -13,8 +13,9 @@ Each step is the library function behind its script, with the same flags
 (``scripts/convert_to_long.py``, ``pretrain_mlm.py``, ``finetune_glue.py``, ``push_to_hub.py``), and
 writes what that script writes in its own folder under ``--output_dir``. The terminal shows a line
 and a progress bar per step and a closing summary; everything the steps print or log goes to
-``quickstart.log`` there. Run again with the same settings, it reuses the steps that finished;
-with other settings, it replaces the previous outputs (``quickstart.json`` records which).
+``quickstart.log`` there. Run again, it reuses each step the previous run finished with the same
+settings whose input steps are reused too, and redoes the others (``quickstart.json`` records each
+finished step's settings).
 """
 
 from __future__ import annotations
@@ -43,7 +44,12 @@ from .minilm import minilm_path
 BASE_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 #: The steps, each the name of its folder under --output_dir.
 STEPS = ("data", "1-long", "2-mlm", "3-newsgroups", "4-upload")
-#: The settings and finished steps of the last run in --output_dir.
+#: Each step's own settings (of :func:`run`'s) and the steps whose outputs it reads.
+STEP_SETTINGS = {"data": (), "1-long": ("attn_impl", "attn_config", "max_length"), "2-mlm": ("max_length", "mlm_steps"),
+                 "3-newsgroups": ("finetune_length", "finetune_epochs"), "4-upload": ()}  # fmt: skip
+STEP_INPUTS = {"data": (), "1-long": (), "2-mlm": ("data", "1-long"), "3-newsgroups": ("data", "2-mlm"),
+               "4-upload": ("3-newsgroups",)}  # fmt: skip
+#: The settings of each step the last run in --output_dir finished.
 STATE_FILE = "quickstart.json"
 LOG_FILE = "quickstart.log"
 
@@ -109,36 +115,66 @@ def output_to_log(path: str) -> Iterator[TextIO]:
             console.close()
 
 
-def finished_steps(output_dir: str, settings: dict[str, Any]) -> tuple[list[str], str]:
-    """The steps a previous run with the same ``settings`` finished in ``output_dir`` (to reuse),
-    and what is done with the folder: reused, replaced (other settings) or new. ``ValueError``
-    for a folder that holds something other than a quickstart's outputs."""
-    state_file = os.path.join(output_dir, STATE_FILE)
+def step_records(settings: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Each step's own settings, recorded with its output."""
+    return {name: {key: settings[key] for key in STEP_SETTINGS[name]} for name in STEPS}
+
+
+def reusable_steps(output_dir: str, records: dict[str, dict[str, Any]]) -> tuple[list[str], str]:
+    """The steps of a previous run in ``output_dir`` to reuse (the same settings, every step whose
+    output it reads reused too), and a line saying which steps are reused and which are redone, and why.
+    ``ValueError`` for a folder that holds something other than a quickstart's outputs."""
     if os.path.exists(output_dir) and not os.path.isdir(output_dir):
         raise ValueError(f"--output_dir {output_dir!r} is a file; give a folder")
     if not os.path.isdir(output_dir) or not os.listdir(output_dir):
         return [], f"writing into {output_dir}"
+    state_file = os.path.join(output_dir, STATE_FILE)
     if not os.path.isfile(state_file):
         raise ValueError(
             f"--output_dir {output_dir!r} holds files that are not a quickstart's (no {STATE_FILE}); "
             "give a new or empty folder"
         )
     with open(state_file) as f:
-        state = json.load(f)
-    if state.get("settings") != settings:
-        shutil.rmtree(output_dir)
-        return [], f"replacing the previous quickstart outputs in {output_dir} (its settings differ)"
-    done = list(state.get("done", []))
-    if not done:
-        return [], f"redoing every step in {output_dir} (the previous run finished none)"
-    return done, f"reusing the steps the previous run finished in {output_dir} ({', '.join(done)}); the rest is redone"
+        previous = json.load(f).get("steps", {})
+    reused, redone = [], []
+    for name in STEPS:
+        before, now = previous.get(name), records[name]
+        redone_inputs = [step for step in STEP_INPUTS[name] if step not in reused]
+        if before == now and not redone_inputs:
+            reused.append(name)
+            continue
+        if before is None:
+            why = "no finished output"
+        elif before != now:
+            why = f"changed: {', '.join(f'--{key}' for key in now if before.get(key) != now[key])}"
+        else:
+            why = f"input redone: {', '.join(redone_inputs)}"
+        redone.append(f"{name} ({why})")
+    if not redone:
+        return reused, f"reusing every step in {output_dir} (same settings)"
+    if not reused:
+        return reused, f"redoing every step in {output_dir}: {', '.join(redone)}"
+    return reused, f"reusing {', '.join(reused)} in {output_dir}; redoing {', '.join(redone)}"
 
 
-def save_state(output_dir: str, settings: dict[str, Any], done: list[str]) -> None:
+def save_state(output_dir: str, records: dict[str, dict[str, Any]], done: list[str]) -> None:
+    """Record the steps in ``done`` as finished with their settings (``records``)."""
     path = os.path.join(output_dir, STATE_FILE)
     with open(path + ".tmp", "w") as f:
-        json.dump({"settings": settings, "done": done}, f, indent=2)
+        json.dump({"steps": {name: records[name] for name in done}}, f, indent=2)
     os.replace(path + ".tmp", path)
+
+
+def write_sentence_transformers_files(folder: str, max_length: int) -> None:
+    """Make ``folder`` (a masked-LM variant of all-MiniLM-L6-v2) load in sentence-transformers as
+    that checkpoint's pipeline (mean pooling, normalisation), with its encoder built without the
+    pooler layer: a masked-LM model has none, and mean pooling does not use it."""
+    source = minilm_path()
+    shutil.copy(os.path.join(source, "modules.json"), folder)
+    shutil.copytree(os.path.join(source, "1_Pooling"), os.path.join(folder, "1_Pooling"), dirs_exist_ok=True)
+    config = {"max_seq_length": max_length, "do_lower_case": False, "model_args": {"add_pooling_layer": False}}
+    with open(os.path.join(folder, "sentence_bert_config.json"), "w") as f:
+        json.dump(config, f, indent=2)
 
 
 def _results(folder: str) -> dict[str, Any]:
@@ -149,63 +185,24 @@ def _results(folder: str) -> dict[str, Any]:
 def run(output_dir: str, attn_impl: str = "mra2", max_length: int = 1024, mlm_steps: int = 10,
         finetune_length: int = 512, finetune_epochs: int = 2, attn_config: dict[str, Any] | None = None
         ) -> dict[str, Any]:  # fmt: skip
-    """Run the steps into ``output_dir``; returns each step's main results."""
+    """Run the steps into ``output_dir``, reusing those a previous run finished with the same
+    settings and inputs; returns each step's main results."""
     settings = {"attn_impl": attn_impl, "attn_config": attn_config or {}, "max_length": max_length,
                 "mlm_steps": mlm_steps, "finetune_length": finetune_length, "finetune_epochs": finetune_epochs}  # fmt: skip
-    done, what = finished_steps(output_dir, settings)
+    records = step_records(settings)
+    reused, what = reusable_steps(output_dir, records)
     os.makedirs(output_dir, exist_ok=True)
+    save_state(output_dir, records, reused)  # a step redone now is no longer finished
     folder = {name: os.path.join(output_dir, name) for name in STEPS}
-    wikipedia, newsgroups = os.path.join(folder["data"], "wikipedia"), os.path.join(folder["data"], "newsgroups")
     log_path = os.path.join(output_dir, LOG_FILE)
     print(f"quickstart: {what}; full log: {log_path}", flush=True)
-
-    def write_data() -> None:
-        write_wikipedia_jsonl(wikipedia)
-        glue.write_offline_sample("newsgroups", newsgroups)
-
-    def convert() -> None:
-        *_, report = convert_to_long(minilm_path(), max_length, attn_impl, attn_config, output_dir=folder["1-long"],
-                                     base_model=BASE_MODEL)  # fmt: skip
-        print("\n".join(report.lines()))
-
-    def pretrain(progress: TrainerCallback) -> None:
-        mlm.main([
-            "--model_name_or_path", folder["1-long"], "--max_seq_length", str(max_length),
-            "--train_file", os.path.join(wikipedia, "train.jsonl"),
-            "--validation_file", os.path.join(wikipedia, "validation.jsonl"),
-            "--do_train", "--do_eval", "--max_eval_samples", "8",
-            *_trainer_flags(folder["2-mlm"], max_steps=mlm_steps, per_device_train_batch_size=2, learning_rate=3e-4,
-                            warmup_steps=2, per_device_eval_batch_size=4),
-        ], callbacks=[progress])  # fmt: skip
-
-    def finetune(progress: TrainerCallback) -> None:
-        glue.main([
-            "--model_name_or_path", folder["2-mlm"], "--max_seq_length", str(finetune_length),
-            "--no_pad_to_max_length", "--train_file", os.path.join(newsgroups, "train.csv"),
-            "--validation_file", os.path.join(newsgroups, "validation.csv"), "--do_train", "--do_eval",
-            *_trainer_flags(folder["3-newsgroups"], num_train_epochs=finetune_epochs, per_device_train_batch_size=8,
-                            learning_rate=1e-4, per_device_eval_batch_size=8),
-        ], callbacks=[progress])  # fmt: skip
-
-    def upload() -> None:  # exactly `push_to_hub.py --model_dir 3-newsgroups --repo_id your-name --dry_run 4-upload`
-        push_variant(folder["3-newsgroups"], "your-name", dry_run=folder["4-upload"])
-
-    steps: dict[str, tuple[str, Callable[..., None], bool]] = {
-        "data": ("real Wikipedia articles and newsgroup posts (gensim's test data)", write_data, False),
-        "1-long": (f"convert all-MiniLM-L6-v2 to {max_length} tokens with {attn_impl}", convert, False),
-        "2-mlm": (f"continued MLM pretraining: {mlm_steps} steps of 2 x {max_length} tokens", pretrain, True),
-        "3-newsgroups": (f"fine-tune on newsgroup posts ({finetune_epochs} epochs, up to {finetune_length} tokens)",
-                         finetune, True),
-        "4-upload": ("Hub upload folder (push_to_hub.py --dry_run: nothing is uploaded)", upload, False),
-    }
+    steps = _steps(folder, settings)
     start = time.perf_counter()
     finished: list[str] = []
-    reusing = True  # a step is reused if it finished before and every step before it was reused
     with output_to_log(log_path) as console:
         for index, (name, (description, step, trains)) in enumerate(steps.items()):
             line = f"[{index}/{len(steps) - 1}] {description} -> {folder[name]}"
-            reusing = reusing and name in done
-            if reusing:
+            if name in reused:
                 console.write(f"{line}: reused\n")
                 finished.append(name)
                 continue
@@ -223,7 +220,7 @@ def run(output_dir: str, attn_impl: str = "mra2", max_length: int = 1024, mlm_st
                     raise
                 console.write(f": done ({time.perf_counter() - began:.0f} s)\n")
             finished.append(name)
-            save_state(output_dir, settings, finished)
+            save_state(output_dir, records, finished)
     results = {
         "mlm_accuracy": _results(folder["2-mlm"])["eval_accuracy"],
         "newsgroups_accuracy": _results(folder["3-newsgroups"])["eval_accuracy"],
@@ -231,6 +228,56 @@ def run(output_dir: str, attn_impl: str = "mra2", max_length: int = 1024, mlm_st
     }
     print(summary(folder, settings, results, time.perf_counter() - start, log_path))
     return results
+
+
+def _steps(folder: dict[str, str], settings: dict[str, Any]) -> dict[str, tuple[str, Callable[..., None], bool]]:
+    """Each step: its description, the function that writes its folder, whether it trains (then
+    the function takes the progress callback)."""
+    attn_impl, attn_config, max_length = settings["attn_impl"], settings["attn_config"], settings["max_length"]
+    mlm_steps, finetune_length, finetune_epochs = settings["mlm_steps"], settings["finetune_length"], settings["finetune_epochs"]
+    wikipedia, newsgroups = os.path.join(folder["data"], "wikipedia"), os.path.join(folder["data"], "newsgroups")
+
+    def write_data() -> None:
+        write_wikipedia_jsonl(wikipedia)
+        glue.write_offline_sample("newsgroups", newsgroups)
+
+    def convert() -> None:
+        *_, report = convert_to_long(minilm_path(), max_length, attn_impl, attn_config, output_dir=folder["1-long"],
+                                     base_model=BASE_MODEL)  # fmt: skip
+        write_sentence_transformers_files(folder["1-long"], max_length)
+        print("\n".join(report.lines()))
+
+    def pretrain(progress: TrainerCallback) -> None:
+        mlm.main([
+            "--model_name_or_path", folder["1-long"], "--max_seq_length", str(max_length),
+            "--train_file", os.path.join(wikipedia, "train.jsonl"),
+            "--validation_file", os.path.join(wikipedia, "validation.jsonl"),
+            "--do_train", "--do_eval", "--max_eval_samples", "8",
+            *_trainer_flags(folder["2-mlm"], max_steps=mlm_steps, per_device_train_batch_size=2, learning_rate=3e-4,
+                            warmup_steps=2, per_device_eval_batch_size=4),
+        ], callbacks=[progress])  # fmt: skip
+        write_sentence_transformers_files(folder["2-mlm"], max_length)
+
+    def finetune(progress: TrainerCallback) -> None:
+        glue.main([
+            "--model_name_or_path", folder["2-mlm"], "--max_seq_length", str(finetune_length),
+            "--no_pad_to_max_length", "--train_file", os.path.join(newsgroups, "train.csv"),
+            "--validation_file", os.path.join(newsgroups, "validation.csv"), "--do_train", "--do_eval",
+            *_trainer_flags(folder["3-newsgroups"], num_train_epochs=finetune_epochs, per_device_train_batch_size=8,
+                            learning_rate=1e-4, per_device_eval_batch_size=8),
+        ], callbacks=[progress])  # fmt: skip
+
+    def upload() -> None:  # exactly `push_to_hub.py --model_dir 3-newsgroups --repo_id your-name --dry_run 4-upload`
+        push_variant(folder["3-newsgroups"], "your-name", dry_run=folder["4-upload"])
+
+    return {
+        "data": ("real Wikipedia articles and newsgroup posts (gensim's test data)", write_data, False),
+        "1-long": (f"convert all-MiniLM-L6-v2 to {max_length} tokens with {attn_impl}", convert, False),
+        "2-mlm": (f"continued MLM pretraining: {mlm_steps} steps of 2 x {max_length} tokens", pretrain, True),
+        "3-newsgroups": (f"fine-tune on newsgroup posts ({finetune_epochs} epochs, up to {finetune_length} tokens)",
+                         finetune, True),
+        "4-upload": ("Hub upload folder (push_to_hub.py --dry_run: nothing is uploaded)", upload, False),
+    }
 
 
 def summary(folder: dict[str, str], settings: dict[str, Any], results: dict[str, Any], seconds: float,

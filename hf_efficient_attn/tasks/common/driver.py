@@ -29,6 +29,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from ...registry import resolve_method
 from ...utils.cpu_allocator import keep_freed_memory
 from .args import ModelArguments
+from .loading import load_with_new_head
 from .provenance import data_description, source_record, write_provenance
 
 if TYPE_CHECKING:  # datasets and Trainer (which imports datasets) are imported where they are used:
@@ -218,8 +219,9 @@ def load_tokenizer(model_args: ModelArguments) -> PreTrainedTokenizerBase:
 def load_model(model_args: ModelArguments, auto_class: type, **config_kwargs: Any) -> PreTrainedModel:
     """``auto_class`` (an ``hea.AutoModel*``) from ``--model_name_or_path`` with ``--attn_impl`` /
     ``--attn_config`` (or the method saved in the checkpoint); ``config_kwargs`` override the
-    config (e.g. ``num_labels``)."""
-    return auto_class.from_pretrained(
+    config (e.g. ``num_labels``). A new task head is said in one line (:mod:`.loading`)."""
+    return load_with_new_head(
+        auto_class,
         model_args.model_name_or_path,
         config=load_config(model_args, **config_kwargs),
         attn_impl=model_args.attn_impl,
