@@ -457,8 +457,20 @@ def test_auto_runs_pairs_on_cuda_and_gather_elsewhere(monkeypatch, device):
         make("mra2", backend="auto")(q, k, v)
     assert ran == ["pair_attention" if device.type == "cuda" else "block_sparse_attention"]
     # The rule for the devices this run does not have (only the device type is read).
-    for device_type, pairs in (("cuda", True), ("cpu", False), ("mps", False)):
-        assert make("mra2", backend="auto")._use_pairs(types.SimpleNamespace(device=torch.device(device_type))) is pairs
+    for device_type, expected in (("cuda", "pairs"), ("cpu", "gather"), ("mps", "gather")):
+        fake = types.SimpleNamespace(device=torch.device(device_type))
+        assert make("mra2", backend="auto")._choose_backend(fake, fake, fake) == expected
+
+
+def test_auto_takes_the_first_backend_that_can_run_and_lists_every_reason_when_none_can(monkeypatch, device):
+    first, second = mra.AUTO_ORDER.get(device.type, mra.DEFAULT_AUTO_ORDER)
+    method = make("mra2", backend="auto")
+    q, k, v = qkv(seq=64, dtype=torch.float32)
+    monkeypatch.setitem(mra.BACKEND_PROBLEMS, first, lambda *args: "cannot, for this test")
+    assert method._choose_backend(q, k, v) == second
+    monkeypatch.setitem(mra.BACKEND_PROBLEMS, second, lambda *args: "cannot either")
+    with pytest.raises(ValueError, match=rf"^mra2: backend='{first}' cannot, for this test; backend='{second}' cannot either$"):
+        method(q, k, v)
 
 
 def test_flex_backend_refuses_backward_on_cpu(device):

@@ -11,7 +11,7 @@ from tiny import tiny_config
 from torch.export import Dim
 
 import hf_efficient_attn as hea
-from hf_efficient_attn.methods import block_pairs, block_sparse
+from hf_efficient_attn.methods import block_pairs, block_sparse, mra
 from hf_efficient_attn.methods.base import AttentionShape
 from hf_efficient_attn.registry import build_method
 
@@ -55,13 +55,14 @@ def test_method_takes_the_same_values_when_exporting(name, inputs, monkeypatch):
     monkeypatch.setattr(torch.compiler, "is_exporting", lambda: True)
     pair_lists = []
 
-    def static_formulation(q, *args):
-        pair_lists.append((args[-1], q.shape[2]))  # (max_pairs, nb)
-        return static(q, *args)
+    def static_formulation(q, *args, max_pairs):
+        pair_lists.append((max_pairs, q.shape[2]))  # (max_pairs, nb)
+        return static(q, *args, max_pairs=max_pairs)
 
     static = block_pairs.pair_attention
-    monkeypatch.setattr(block_sparse, "pair_attention", static_formulation)
+    monkeypatch.setattr(mra, "pair_attention", static_formulation)
     torch.testing.assert_close(method(q, k, v, mask), eager, atol=1e-12, rtol=1e-10)
+    assert pair_lists, "the exported method did not run the static formulation"
     # The pair list holds block_per_row x nb pairs (the largest budget), O(n), not all nb^2 pairs.
     assert [max_pairs for max_pairs, nb in pair_lists] == [2 * nb for _, nb in pair_lists]
 

@@ -31,7 +31,7 @@ host), so the forward and the backward are custom operators (``torch.library.cus
 by ``register_autograd``: ``torch.compile`` sees each as one opaque node with known output shapes
 and runs the same eager kernel inside the compiled graph, without graph breaks and without tracing
 the loops. An exported program (``torch.export``, ONNX) must consist of standard operators, so
-under export :mod:`.block_pairs` runs instead: the same attention with static shapes only. It is
+there MRA-2 runs :mod:`.block_pairs` instead: the same attention with static shapes only. It is
 not the CPU default because it gathers a fixed list of block pairs, padded to the largest budget,
 and reduces each row over its pairs with scatter operators, which costs more time on CPU than the
 grouped kernel (on CUDA, where the grouped kernel is launch-bound, it is the faster one).
@@ -44,8 +44,6 @@ import re
 from typing import NamedTuple
 
 import torch
-
-from .block_pairs import pair_attention
 
 #: Partner blocks gathered per chunk (b = 32, d = 64, fp32: 256 KiB per 32 blocks): 256 measured
 #: fastest on CPU (fwd+bwd at 4096 and 16384 tokens); on CUDA bigger chunks mean fewer launches.
@@ -267,17 +265,12 @@ def block_sparse_attention(
     key_real: torch.Tensor | None = None,
     extra_value: torch.Tensor | None = None,
     extra_score: torch.Tensor | None = None,
-    max_pairs: int | None = None,
 ) -> torch.Tensor:
     """Exact softmax attention of q, k, v given as blocks (B, H, nb, b, D) over the key blocks
     ``selected`` (bool (B, H, nb, nb)) of each query block, plus, when given, one extra key per query
     block with value ``extra_value`` (B, H, nb, D) and score ``extra_score`` (B, H, nb).
     ``key_real`` (B, nb * b) marks real keys (None: all); every selected block must hold one. Rows
-    with neither a selected block nor an extra key are 0. ``max_pairs`` bounds the selected pairs
-    per (batch, head) (None: nb * nb); only the export formulation (:mod:`.block_pairs`) uses it. Returns blocks
-    (B, H, nb, b, D)."""
+    with neither a selected block nor an extra key are 0. Returns blocks (B, H, nb, b, D)."""
     if extra_score is not None:
         extra_value, extra_score = extra_value.to(q.dtype), extra_score.to(q.dtype)
-    if torch.compiler.is_exporting():
-        return pair_attention(q, k, v, selected, scaling, key_real, extra_value, extra_score, max_pairs)
     return block_sparse_forward(q, k, v, key_real, extra_value, extra_score, selected, scaling)[0]
