@@ -546,6 +546,13 @@ MUTATIONS: list[Mutation] = [
     Mutation(P + "serving/onnx.py", 'export_onnx(model, output_dir / ONNX_FILE, seq_len, opset)',
              'export_onnx(model, Path(model_dir) / ONNX_FILE, seq_len, opset)', (T + 'test_flags_tools.py::-k export_flags',),
              'export_onnx writes model.onnx outside --output_dir'),
+    # ---- serving: the serving extra, a failed export (issue 31) -------------------------
+    Mutation(P + "serving/onnx.py", 'require("onnx", "onnxscript", "onnxruntime")',
+             'require("onnx")', (T + 'test_onnx_export.py::-k missing_exporter_package',),
+             'a missing exporter package is found only after the model is loaded'),
+    Mutation(P + "serving/onnx.py", '            shutil.rmtree(made, ignore_errors=True)\n',
+             '            pass\n', (T + 'test_onnx_export.py::-k failed_export_leaves',),
+             'a failed export leaves the folders it made'),
     Mutation(P + "hub/export.py", 'load_tokenizer(tokenizer_name or model_dir, model.config.vocab_size)',
              'load_tokenizer(model_dir, model.config.vocab_size)', (T + 'test_flags_tools.py::-k push_flags',),
              'push_to_hub --tokenizer_name ignored'),

@@ -2,6 +2,8 @@
 export length and at others, with a dynamic batch; a failed check is an error, never a silent file."""
 
 import json
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -88,3 +90,40 @@ def test_the_script_reports_bad_arguments_in_one_line(tmp_path, monkeypatch, cap
     assert exit_info.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ") and message in err[0], err
+
+
+@pytest.mark.parametrize("package", ["onnx", "onnxscript", "onnxruntime"])
+def test_a_missing_exporter_package_is_one_line_naming_the_extra(tmp_path, monkeypatch, capsys, package):
+    """Each package of the serving extra missing: one error line with the install command, before
+    the model is loaded, and no output folder."""
+    save_variant(tmp_path / "variant", "softmax")
+    monkeypatch.setitem(sys.modules, package, None)  # `import package` now fails
+    monkeypatch.setattr(serving, "load_for_export", lambda *args: pytest.fail("loaded the model"))
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_info:
+        run_cli(cli.main, ["--model_dir", str(tmp_path / "variant"), "--output_dir", str(tmp_path / "onnx")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exit_info.value.code == 2 and len(err) == 1, err
+    assert err[0].startswith(f"error: {package} cannot be imported") and 'pip install "hf_efficient_attn[serving]"' in err[0]
+    assert not (tmp_path / "onnx").exists()
+
+
+@pytest.mark.parametrize("failure", ["export", "check"])
+def test_a_failed_export_leaves_no_folder_behind(tmp_path, monkeypatch, failure):
+    """The export or its check fails: the folders the run made are gone, a given empty folder is empty
+    again, and the same command can run again (the export and the check are stubs here)."""
+    save_variant(tmp_path / "variant", "softmax")
+
+    def export(model, path, n, opset):
+        Path(path).write_text("partial")
+        if failure == "export":
+            raise RuntimeError("the exporter failed")
+
+    monkeypatch.setattr(serving, "export_onnx", export)
+    monkeypatch.setattr(serving, "validate", lambda model, path, n, seed: serving.Validation(n, {"logits": 1.0}))
+    (tmp_path / "empty").mkdir()
+    for output_dir in (tmp_path / "new" / "nested" / "onnx", tmp_path / "empty"):
+        for _ in range(2):  # rerunning meets the same failure, not a "not empty" folder
+            with pytest.raises(RuntimeError if failure == "export" else ValueError, match="failed|differs"):
+                serving.export_folder(str(tmp_path / "variant"), output_dir, seq_len=16)
+    assert not (tmp_path / "new").exists() and list((tmp_path / "empty").iterdir()) == []

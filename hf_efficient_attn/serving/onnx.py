@@ -10,7 +10,9 @@ another length (real tokens only: padded positions carry no meaning).
 
 from __future__ import annotations
 
+import importlib
 import json
+import shutil
 import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -22,6 +24,7 @@ from ..hub.remote_code import auto_class_for
 from ..integration.positions import max_tokens
 
 ONNX_FILE = "model.onnx"
+INSTALL_HINT = 'pip install "hf_efficient_attn[serving]"'
 #: Largest difference allowed between ONNX Runtime and eager PyTorch (fp32).
 TOLERANCE = 1e-4
 
@@ -36,6 +39,17 @@ class Validation:
     @property
     def passed(self) -> bool:
         return all(diff <= TOLERANCE for diff in self.max_abs_diff.values())
+
+
+def require(*packages: str) -> None:
+    """``ModuleNotFoundError`` naming the ``serving`` extra when one of ``packages`` cannot be imported."""
+    for name in packages:
+        try:
+            importlib.import_module(name)
+        except ImportError as err:
+            raise ModuleNotFoundError(
+                f"{name} cannot be imported ({err}); ONNX export and serving need the serving extra: {INSTALL_HINT}"
+            ) from err
 
 
 def load_for_export(model_dir: str) -> PreTrainedModel:
@@ -112,7 +126,9 @@ def export_folder(
 ) -> list[Validation]:
     """Write ``model.onnx``, the tokenizer and config.json of ``model_dir`` into ``output_dir`` (new or
     empty), then validate with ONNX Runtime at ``seq_len`` and at each of ``check_lengths`` (default:
-    one other length); ``ValueError`` when a check fails. Returns the checks."""
+    one other length); ``ValueError`` when a check fails. Returns the checks; a failed export leaves
+    ``output_dir`` as it was (removed if this call made it)."""
+    require("onnx", "onnxscript", "onnxruntime")
     model = load_for_export(model_dir)
     limit = max_tokens(model.config)
     longer = seq_len + seq_len // 2 + 1
@@ -123,7 +139,22 @@ def export_folder(
     output_dir = Path(output_dir)
     if output_dir.exists() and any(output_dir.iterdir()):
         raise ValueError(f"--output_dir {output_dir} is not empty; give a new or empty folder")
+    made = next((folder for folder in [*reversed(output_dir.parents), output_dir] if not folder.exists()), None)
     output_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        return _export_and_check(model, model_dir, output_dir, seq_len, check_lengths, opset)
+    except BaseException:
+        if made is not None:
+            shutil.rmtree(made, ignore_errors=True)
+        else:  # the folder was empty
+            for path in output_dir.iterdir():
+                shutil.rmtree(path) if path.is_dir() else path.unlink()
+        raise
+
+
+def _export_and_check(
+    model: PreTrainedModel, model_dir: str, output_dir: Path, seq_len: int, check_lengths: list[int], opset: int | None
+) -> list[Validation]:
     export_onnx(model, output_dir / ONNX_FILE, seq_len, opset)
     AutoTokenizer.from_pretrained(model_dir).save_pretrained(output_dir)
     model.config.save_pretrained(output_dir)
