@@ -127,3 +127,64 @@ def test_a_failed_export_leaves_no_folder_behind(tmp_path, monkeypatch, failure)
             with pytest.raises(RuntimeError if failure == "export" else ValueError, match="failed|differs"):
                 serving.export_folder(str(tmp_path / "variant"), output_dir, seq_len=16)
     assert not (tmp_path / "new").exists() and list((tmp_path / "empty").iterdir()) == []
+
+
+def test_export_folder_int8_texts_text_length_and_task_reach_their_steps(tmp_path, monkeypatch):
+    """int8 writes model_quantized.onnx beside model.onnx and checks both, texts are checked on each
+    file at text_length tokens, task="feature-extraction" exports the encoder of a masked-LM folder
+    (whose own head, token logits, cannot take texts). The steps are spied on."""
+    save_variant(tmp_path / "variant", "softmax")
+    steps = []
+    monkeypatch.setattr(serving, "export_onnx", lambda model, path, n, opset: steps.append(("export", type(model).__name__)))
+    monkeypatch.setattr(serving, "quantize_int8", lambda path, output: steps.append(("int8", path.name, output.name)))
+    monkeypatch.setattr(serving, "validate", lambda model, path, n, seed: steps.append(("check", path.name, n))
+                        or serving.Validation(n, {"last_hidden_state": 0.0}, file=path.name))
+    monkeypatch.setattr(serving, "validate_texts", lambda model, folder, texts, n, file: steps.append(
+        ("texts", file, tuple(texts), n)) or serving.TextValidation(file, len(texts), n, 0.0, 1.0, 1.0))
+    with pytest.raises(ValueError, match="token-level head"):
+        serving.export_folder(str(tmp_path / "variant"), tmp_path / "refused", seq_len=16, texts=["the cat"])
+    assert steps == [] and not (tmp_path / "refused").exists()
+    serving.export_folder(str(tmp_path / "variant"), tmp_path / "out", seq_len=16, check_lengths=[20], int8=True,
+                          texts=["the cat", "a"], text_length=50, task="feature-extraction")  # fmt: skip
+    assert steps == [
+        ("export", "BertModel"), ("int8", "model.onnx", "model_quantized.onnx"),
+        ("check", "model.onnx", 16), ("check", "model.onnx", 20),
+        ("check", "model_quantized.onnx", 16), ("check", "model_quantized.onnx", 20),
+        ("texts", "model.onnx", ("the cat", "a"), 50), ("texts", "model_quantized.onnx", ("the cat", "a"), 50),
+    ]
+    steps.clear()
+    serving.export_folder(str(tmp_path / "variant"), tmp_path / "plain", seq_len=16, check_lengths=[20])
+    assert steps == [("export", "BertForMaskedLM"), ("check", "model.onnx", 16), ("check", "model.onnx", 20)]
+
+
+def test_int8_checks_are_reported_not_required(tmp_path, monkeypatch):
+    """An int8 check far from PyTorch is reported; the same difference in the fp32 model fails."""
+    save_variant(tmp_path / "variant", "softmax")
+    monkeypatch.setattr(serving, "export_onnx", lambda *args: None)
+    monkeypatch.setattr(serving, "quantize_int8", lambda *args: None)
+    far = {"model.onnx": 0.0, "model_quantized.onnx": 0.5}
+    monkeypatch.setattr(serving, "validate", lambda model, path, n, seed: serving.Validation(
+        n, {"logits": far[path.name]}, {"logits": 0.9}, path.name))
+    checks = serving.export_folder(str(tmp_path / "variant"), tmp_path / "out", seq_len=16, int8=True)
+    assert "int8 ONNX Runtime vs PyTorch, padded batch of 16 tokens: max |diff| 5.0e-01, min cosine 0.9000" in (
+        serving.describe(checks, tmp_path / "out"))
+    far["model.onnx"] = 0.5
+    with pytest.raises(ValueError, match="differs from PyTorch"):
+        serving.export_folder(str(tmp_path / "variant"), tmp_path / "out2", seq_len=16, int8=True)
+
+
+def test_export_script_task_exports_the_encoder(tmp_path, monkeypatch):
+    """--task feature-extraction: the encoder of a masked-LM folder is exported (its weights), not the
+    folder's own head; an unknown task is refused before loading (the export is spied on)."""
+    model = save_variant(tmp_path / "variant", "softmax")
+    exported = []
+    monkeypatch.setattr(serving, "export_onnx", lambda model, path, n, opset: exported.append(model))
+    monkeypatch.setattr(serving, "validate", lambda model, path, n, seed: serving.Validation(n, {"x": 0.0}))
+    for task, output_dir in ((["--task", "feature-extraction"], "encoder"), ([], "head")):
+        cli.main(["--model_dir", str(tmp_path / "variant"), "--output_dir", str(tmp_path / output_dir), *task])
+    encoder, head = exported
+    assert type(encoder).__name__ == "BertModel" and type(head).__name__ == "BertForMaskedLM"
+    weights = {name: value for name, value in encoder.state_dict().items() if not name.startswith("pooler.")}
+    torch.testing.assert_close(weights, model.bert.state_dict(), rtol=0, atol=0)  # the masked-LM's has no pooler
+    with pytest.raises(ValueError, match="--task fill-mask: allowed: feature-extraction"):
+        cli.main(["--model_dir", str(tmp_path / "variant"), "--output_dir", str(tmp_path / "x"), "--task", "fill-mask"])
