@@ -14,8 +14,7 @@ from hub_fixtures import BERT_WORDS, bert_tokenizer, tiny_config
 
 import hf_efficient_attn as hea
 from hf_efficient_attn.serving import cli as export_cli
-from hf_efficient_attn.serving import encoding
-from hf_efficient_attn.serving import encode_cli
+from hf_efficient_attn.serving import encode_cli, encoding
 from hf_efficient_attn.utils.cli_errors import run_cli
 
 onnxruntime = pytest.importorskip("onnxruntime")

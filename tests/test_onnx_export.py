@@ -158,7 +158,8 @@ def test_export_folder_int8_texts_text_length_and_task_reach_their_steps(tmp_pat
 
 
 def test_int8_checks_are_reported_not_required(tmp_path, monkeypatch):
-    """An int8 check far from PyTorch is reported; the same difference in the fp32 model fails."""
+    """An int8 check far from PyTorch is reported; the same difference in the fp32 model fails, on the
+    padded batches or on the texts."""
     save_variant(tmp_path / "variant", "softmax")
     monkeypatch.setattr(serving, "export_onnx", lambda *args: None)
     monkeypatch.setattr(serving, "quantize_int8", lambda *args: None)
@@ -171,6 +172,15 @@ def test_int8_checks_are_reported_not_required(tmp_path, monkeypatch):
     far["model.onnx"] = 0.5
     with pytest.raises(ValueError, match="differs from PyTorch"):
         serving.export_folder(str(tmp_path / "variant"), tmp_path / "out2", seq_len=16, int8=True)
+    far["model.onnx"] = 0.0
+    far_on_texts = {"model.onnx": 0.0, "model_quantized.onnx": 0.5}
+    monkeypatch.setattr(serving, "eager_kind", lambda model: "embeddings")
+    monkeypatch.setattr(serving, "validate_texts", lambda model, folder, texts, n, file: serving.TextValidation(
+        file, len(texts), n, far_on_texts[file], 0.9, 0.9))
+    serving.export_folder(str(tmp_path / "variant"), tmp_path / "out3", seq_len=16, int8=True, texts=["a"])
+    far_on_texts["model.onnx"] = 0.5
+    with pytest.raises(ValueError, match="differs from PyTorch beyond 0.0001: 1 texts of up to 128 tokens: 0.5$"):
+        serving.export_folder(str(tmp_path / "variant"), tmp_path / "out4", seq_len=16, int8=True, texts=["a"])
 
 
 def test_export_script_task_exports_the_encoder(tmp_path, monkeypatch):
