@@ -3,6 +3,7 @@ the PyTorch model (sentence-transformers for an embedding model, the classifier'
 mixed lengths through an approximating method (MRA-2, past 128 tokens), in the order given; the
 pooling recorded with the model; batches of similar lengths; the int8 model; the session's threads."""
 
+import copy
 import json
 import random
 import shutil
@@ -15,6 +16,7 @@ from hub_fixtures import BERT_WORDS, bert_tokenizer, tiny_config
 import hf_efficient_attn as hea
 from hf_efficient_attn.serving import cli as export_cli
 from hf_efficient_attn.serving import encode_cli, encoding
+from hf_efficient_attn.serving import onnx as serving
 from hf_efficient_attn.utils.cli_errors import run_cli
 
 onnxruntime = pytest.importorskip("onnxruntime")
@@ -141,6 +143,23 @@ def test_classifier_rows_are_its_logits(classifier):
             expected.append(model(**bert_tokenizer()(text, return_tensors="pt")).logits[0].numpy())
     served = encoding.encode(tmp / "onnx", texts, batch_size=4)
     np.testing.assert_allclose(served, np.stack(expected), atol=1e-4, rtol=0)
+
+
+def test_a_classifiers_check_on_texts_is_the_share_of_labels_kept(classifier):
+    """validate_texts of a classifier: the share of texts whose label (the largest logit) ONNX Runtime
+    and PyTorch agree on; a PyTorch model with other weights disagrees on some."""
+    model, tmp = classifier
+    texts = texts_of(LENGTHS, seed=3)
+    check = serving.validate_texts(model, tmp / "onnx", texts, 512)
+    assert (check.agreement, check.texts, check.min_cosine) == (1.0, len(texts), None) and check.passed
+    other = copy.deepcopy(model)
+    with torch.no_grad():
+        other.classifier.weight.add_(torch.randn_like(other.classifier.weight))
+    with torch.no_grad():
+        labels = [int(other(**bert_tokenizer()(t, return_tensors="pt")).logits.argmax()) for t in texts]
+    served = encoding.encode(tmp / "onnx", texts).argmax(1)
+    check = serving.validate_texts(other, tmp / "onnx", texts, 512)
+    assert check.agreement == pytest.approx(np.mean(np.array(labels) == served)) and check.agreement < 1
 
 
 def test_batches_are_length_sorted_and_batch_size_long(embedder, monkeypatch):
