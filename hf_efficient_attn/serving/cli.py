@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ..tasks.common.args import check_positive_flags, parse_arguments
 from .encoding import read_texts
-from .onnx import TASKS, describe, export_folder
+from .onnx import check_task, describe, export_folder
 
 
 @dataclass
@@ -48,8 +48,7 @@ class ExportArguments:
 
     def __post_init__(self) -> None:
         check_positive_flags(self, "validation_length")
-        if self.task not in TASKS:
-            raise ValueError(f"--task {self.task}: allowed: {', '.join(t for t in TASKS if t)} (default: the folder's own head)")
+        check_task(self.task)
         if self.validation_length is not None and self.validation_file is None:
             raise ValueError("--validation_length applies to --validation_file texts: give --validation_file too")
 

@@ -8,8 +8,8 @@ as Optimum's exporters lay them out. The export is then validated: ONNX Runtime 
 PyTorch on a padded batch at the export length and at another length (real tokens only: padded
 positions carry no meaning), and on given texts (each text's embedding or logits, as
 :func:`.encoding.encode` computes them). With ``int8``, ``model_quantized.onnx`` (ONNX Runtime's dynamic
-int8 quantization of the weights of every matrix product) is written beside it and measured the
-same way; int8 rounding is lossy, so its numbers are reported, not required.
+int8 quantization of the matrix products' weights) is written beside it and measured the same
+way; int8 rounding is lossy, so its numbers are reported, not required.
 """
 
 from __future__ import annotations
@@ -70,14 +70,19 @@ class TextValidation:
         return self.max_abs_diff <= TOLERANCE
 
 
+def check_task(task: str | None) -> None:
+    """``ValueError`` naming the allowed values unless ``task`` is one of :data:`TASKS`."""
+    if task not in TASKS:
+        raise ValueError(f"--task {task}: allowed: {', '.join(t for t in TASKS if t)} (default: the folder's own head)")
+
+
 def load_for_export(model_dir: str, task: str | None = None) -> PreTrainedModel:
     """The model of ``model_dir`` (a saved variant or a plain checkpoint) through the Transformers auto
     class of its head, which builds a saved variant as its method (``import hf_efficient_attn``), in eval
     mode; ``task="feature-extraction"``: its encoder alone (``AutoModel``, whatever head it was saved with)."""
     import transformers
 
-    if task not in TASKS:
-        raise ValueError(f"--task {task}: allowed: {', '.join(t for t in TASKS if t)} (default: the folder's own head)")
+    check_task(task)
     if not Path(model_dir).is_dir():
         raise ValueError(f"--model_dir {model_dir}: no such folder")
     config = AutoConfig.from_pretrained(model_dir)
