@@ -29,6 +29,7 @@ SCRIPT_MAINS = {
     "compare_methods": "hf_efficient_attn.tasks.mlm.compare",
     "convert_to_long": "hf_efficient_attn.tasks.convert",
     "demo": "hf_efficient_attn.tools.demo",
+    "encode_onnx": "hf_efficient_attn.serving.encode_cli",
     "export_onnx": "hf_efficient_attn.serving.cli",
     "finetune_glue": "hf_efficient_attn.tasks.glue",
     "finetune_wikihop": "hf_efficient_attn.tasks.wikihop.finetune",
@@ -122,6 +123,8 @@ TEST_HUB_CARD = "tests/test_hub_card.py::"
 TEST_HUB_FOLDER = "tests/test_hub_folder.py::"
 TEST_HUB_UPLOAD = "tests/test_hub_upload.py::"
 TEST_MLM = "tests/test_mlm.py::"
+TEST_ONNX_ENCODE = "tests/test_onnx_encode.py::"
+TEST_ONNX_EXPORT = "tests/test_onnx_export.py::"
 TEST_PACKING = "tests/test_packing.py::"
 TEST_PATCHING = "tests/test_patching.py::"
 TEST_PRESETS = "tests/test_presets.py::"
@@ -232,6 +235,20 @@ FLAG_TESTS: dict[str, dict[str, str]] = {
         "export_length": TEST_FLAGS_TOOLS + "test_export_flags_reach_the_export_and_the_checks",
         "check_lengths": TEST_FLAGS_TOOLS + "test_export_flags_reach_the_export_and_the_checks",
         "opset": TEST_FLAGS_TOOLS + "test_export_flags_reach_the_export_and_the_checks",
+        "int8": TEST_ONNX_ENCODE + "test_int8_model_is_written_loads_and_is_close",
+        "validation_file": TEST_ONNX_ENCODE + "test_int8_model_is_written_loads_and_is_close",
+        "validation_length": TEST_ONNX_ENCODE + "test_int8_model_is_written_loads_and_is_close",
+        "task": TEST_ONNX_EXPORT + "test_export_script_task_exports_the_encoder",
+    },
+    "encode_onnx": {
+        "export_dir": TEST_ONNX_ENCODE + "test_encode_script_flags_reach_encode_and_the_output_file",
+        "output_file": TEST_ONNX_ENCODE + "test_encode_script_flags_reach_encode_and_the_output_file",
+        "texts": TEST_ONNX_ENCODE + "test_encode_script_flags_reach_encode_and_the_output_file",
+        "texts_file": TEST_ONNX_ENCODE + "test_encode_script_flags_reach_encode_and_the_output_file",
+        "batch_size": TEST_ONNX_ENCODE + "test_encode_script_flags_reach_encode_and_the_output_file",
+        "max_length": TEST_ONNX_ENCODE + "test_encode_script_flags_reach_encode_and_the_output_file",
+        "int8": TEST_ONNX_ENCODE + "test_encode_script_flags_reach_encode_and_the_output_file",
+        "threads": TEST_ONNX_ENCODE + "test_encode_script_flags_reach_encode_and_the_output_file",
     },
     "finetune_glue": {
         **MODEL_FLAG_TESTS,
@@ -391,7 +408,17 @@ FLAG_TESTS: dict[str, dict[str, str]] = {
         "efficient_attention.method": TEST_API_KEYWORDS + "test_method_and_options_of_efficient_attention",
         "efficient_attention.q": TEST_FUNCTIONAL + "test_true_marks_the_real_tokens",
         "efficient_attention.v": TEST_FUNCTIONAL + "test_true_marks_the_real_tokens",
+        "encode.batch_size": TEST_ONNX_ENCODE + "test_batches_are_length_sorted_and_batch_size_long",
+        "encode.export_dir": TEST_ONNX_ENCODE + "test_embeddings_equal_sentence_transformers_in_the_order_given",
+        "encode.int8": TEST_ONNX_ENCODE + "test_int8_model_is_written_loads_and_is_close",
+        "encode.max_length": TEST_ONNX_ENCODE + "test_max_length_truncates_each_text",
+        "encode.texts": TEST_ONNX_ENCODE + "test_embeddings_equal_sentence_transformers_in_the_order_given",
+        "encode.threads": TEST_ONNX_ENCODE + "test_threads_set_the_sessions_intra_op_threads",
         "export_folder.check_lengths": TEST_API_KEYWORDS + "test_export_folder_keywords",
+        "export_folder.int8": TEST_ONNX_EXPORT + "test_export_folder_int8_texts_text_length_and_task_reach_their_steps",
+        "export_folder.task": TEST_ONNX_EXPORT + "test_export_folder_int8_texts_text_length_and_task_reach_their_steps",
+        "export_folder.text_length": TEST_ONNX_EXPORT + "test_export_folder_int8_texts_text_length_and_task_reach_their_steps",
+        "export_folder.texts": TEST_ONNX_EXPORT + "test_export_folder_int8_texts_text_length_and_task_reach_their_steps",
         "export_folder.model_dir": TEST_API_KEYWORDS + "test_export_folder_keywords",
         "export_folder.opset": TEST_API_KEYWORDS + "test_export_folder_keywords",
         "export_folder.output_dir": TEST_API_KEYWORDS + "test_export_folder_keywords",
@@ -497,7 +524,7 @@ PUBLIC_FUNCTIONS = [
         "build_model_card", "export_variant", "load_variant", "prepare_upload", "push_variant", "upload_variant",
         "variant_name", "write_remote_code",
     )),
-    *(f"hf_efficient_attn.serving:{name}" for name in ("export_folder", "export_onnx", "validate")),
+    *(f"hf_efficient_attn.serving:{name}" for name in ("encode", "export_folder", "export_onnx", "validate")),
 ]
 
 

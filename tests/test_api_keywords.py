@@ -216,7 +216,7 @@ def test_validate_keywords(variant, tmp_path, monkeypatch):
     served = SimpleNamespace(feeds=[], paths=[], model=model)
 
     class Session:
-        def __init__(self, path, providers):
+        def __init__(self, path, options, providers):
             served.paths.append(path)
 
         def get_outputs(self):

@@ -7,8 +7,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..tasks.common.args import parse_arguments
-from .onnx import describe, export_folder
+from ..tasks.common.args import check_positive_flags, parse_arguments
+from .encoding import read_texts
+from .onnx import check_task, describe, export_folder
 
 
 @dataclass
@@ -25,12 +26,39 @@ class ExportArguments:
         metadata={"help": "Other lengths ONNX Runtime is checked at (default: one, about 1.5x --export_length)."},
     )
     opset: int | None = field(default=None, metadata={"help": "ONNX opset (default: torch.onnx's)."})
+    task: str | None = field(
+        default=None,
+        metadata={"help": "feature-extraction: export the encoder alone (last_hidden_state), e.g. of a masked-LM "
+                          "folder, to embed texts (default: the folder's own head)."},
+    )
+    int8: bool = field(
+        default=False,
+        metadata={"help": "Also write model_quantized.onnx (int8 weights, activations quantized at run time: ONNX "
+                          "Runtime's dynamic quantization) and report how far it is from PyTorch."},
+    )
+    validation_file: str | None = field(
+        default=None,
+        metadata={"help": "Texts to check the export on (.txt one per line, or .jsonl / .csv with a text or sentence "
+                          "column): each text's embedding (an encoder, pooled as the model records) or logits (a "
+                          "classifier) against PyTorch's."},
+    )
+    validation_length: int | None = field(
+        default=None, metadata={"help": "Tokens kept per --validation_file text (default: the model's position table)."}
+    )
+
+    def __post_init__(self) -> None:
+        check_positive_flags(self, "validation_length")
+        check_task(self.task)
+        if self.validation_length is not None and self.validation_file is None:
+            raise ValueError("--validation_length applies to --validation_file texts: give --validation_file too")
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Command line of ``scripts/export_onnx.py``."""
     (args,) = parse_arguments((ExportArguments,), argv)
+    texts = read_texts(args.validation_file) if args.validation_file else None
     # torch.onnx logs a warning per torchvision operator it cannot register: not this model's concern
     logging.getLogger("torch.onnx._internal.exporter._registration").setLevel(logging.ERROR)
-    checks = export_folder(args.model_dir, args.output_dir, args.export_length, args.check_lengths, args.opset)
+    checks = export_folder(args.model_dir, args.output_dir, args.export_length, args.check_lengths, args.opset,
+                           int8=args.int8, texts=texts, text_length=args.validation_length, task=args.task)  # fmt: skip
     print(describe(checks, Path(args.output_dir)))
