@@ -6,7 +6,6 @@ over :func:`convert_to_long`.
 
 from __future__ import annotations
 
-import logging
 import os
 import re
 from dataclasses import asdict, dataclass, field
@@ -65,28 +64,13 @@ class ConversionReport:
         return lines
 
 
-class _HeldBackTyingWarnings(logging.Filter):
+class _HeldBackTyingWarnings(HeldBackLoadReport):
     """Holds back Transformers' "This checkpoint seem corrupted" warnings of a load. A checkpoint
     without an MLM head (a sentence encoder) gives one for the head's tied bias, missing like the
     rest of the head, which the report lists as new; :meth:`release` lets the others through."""
 
     def __init__(self) -> None:
-        super().__init__()
-        self.records: list[logging.LogRecord] = []
-        self.logger = logging.getLogger("transformers.modeling_utils")
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if "seem corrupted" in record.getMessage():
-            self.records.append(record)
-            return False
-        return True
-
-    def __enter__(self) -> _HeldBackTyingWarnings:
-        self.logger.addFilter(self)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.logger.removeFilter(self)
+        super().__init__("seem corrupted")
 
     def release(self, unless_about: list[str]) -> None:
         """Emit the held warnings, except those whose tied tensors are all in ``unless_about``."""
