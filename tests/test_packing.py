@@ -17,7 +17,6 @@ from hf_efficient_attn.registry import get_method_class
 #: Longer than every method's exact length at SMALL_BUDGETS (mra2 with one block per row is exact up
 #: to its 32-token block), of different lengths, none a multiple of a block.
 LENGTHS = (100, 57, 130)
-PACKED_ARCHITECTURES = [a for a in ARCHITECTURES if a != "longformer"]
 FORMS = {
     "position_ids": {},
     "flash_attn_kwargs": {"return_flash_attn_kwargs": True},
@@ -46,13 +45,14 @@ def alone(model, seqs):
 
 
 @pytest.mark.device
-@pytest.mark.parametrize("model_type", PACKED_ARCHITECTURES)
+@pytest.mark.parametrize("model_type", ARCHITECTURES)
 @pytest.mark.parametrize("method", hea.list_methods())
 def test_packed_row_equals_each_sequence_alone(model_type, method, device):
     """One packed row = its sequences run alone (1e-4), and the method is seen to run (the packed row
     differs from exact attention's)."""
     model = packed_model(model_type, method).to(device)
-    seqs = [s.to(device) for s in sequences()]
+    # Longformer pads an input to its 128-token attention window: alone, 130 tokens would be 256.
+    seqs = [s.to(device) for s in sequences(LENGTHS if model_type != "longformer" else (100, 57, 120))]
     batch = {k: v.to(device) if torch.is_tensor(v) else v for k, v in pack(seqs).items()}
     with torch.no_grad():
         packed = model(**batch).last_hidden_state[0]
@@ -115,7 +115,7 @@ def test_several_padded_packed_rows():
     torch.testing.assert_close(packed, alone(model, seqs), atol=1e-4, rtol=1e-4)
 
 
-@pytest.mark.parametrize("model_type", ["roberta", "xlm-roberta", "camembert"])
+@pytest.mark.parametrize("model_type", ["roberta", "xlm-roberta", "camembert", "longformer"])
 def test_offset_positions_whichever_start_the_collator_was_given(model_type):
     """RoBERTa-family positions start at pad_token_id + 1: packed position_ids from 0 (the collator's
     default) or from that offset give the same outputs; any other start is refused by name."""
@@ -131,10 +131,62 @@ def test_offset_positions_whichever_start_the_collator_was_given(model_type):
         model(**pack(seqs, position_ids_start=offset + 3))
 
 
-def test_longformer_refuses_packed_rows():
-    model = hea.AutoModel.from_config(tiny_config("longformer"), attn_impl="mra2").eval()
-    with pytest.raises(ValueError, match="Longformer models do not take packed rows"):
-        model(**pack(sequences((30, 20))))
+@pytest.mark.parametrize("form", FORMS)
+def test_longformer_takes_every_collator_form(form):
+    """Longformer's forward takes no packing keywords: the patched model removes them and hands the
+    sequences to its layers, padded as Longformer pads rows to its attention window (128 here)."""
+    model = packed_model("longformer", "mra2")
+    seqs = sequences((100, 57, 40))
+    with torch.no_grad():
+        packed = model(**pack(seqs, **FORMS[form])).last_hidden_state[0]
+    torch.testing.assert_close(packed, alone(model, seqs), atol=1e-4, rtol=1e-4)
+
+
+def test_sequences_of_similar_length_share_a_call():
+    """The attention runs once per batch of similar lengths (length_groups), each sequence still as
+    alone; a batch holds no sequence padded by more than its rule allows."""
+    from hf_efficient_attn.integration.packing import GROUP_PADDING_TOKENS, length_groups
+
+    lengths = [300, 40, 290, 20, 600, 530, 90]
+    groups = length_groups(lengths)
+    assert sorted(i for group in groups for i in group) == list(range(len(lengths)))
+    for group in groups:
+        longest = max(lengths[i] for i in group)
+        assert all(longest - lengths[i] <= max(GROUP_PADDING_TOKENS, longest // 8) for i in group)
+    assert groups == [[4, 5], [0, 2], [1, 6], [3]]  # 600 with 530 (70 <= 600 / 8), 90 with 40, not 20
+
+    model = packed_model("bert", "mra2")
+    calls = []
+    model.encoder.layer[0].attention.self.efficient_attn.register_forward_hook(lambda m, args, out: calls.append(args[0].shape))
+    seqs = sequences((130, 20, 100, 30))
+    with torch.no_grad():
+        packed = model(**pack(seqs)).last_hidden_state[0]
+    assert sorted(shape[0] * shape[2] for shape in calls) == [2 * 30, 2 * 130]
+    torch.testing.assert_close(packed, alone(model, seqs), atol=1e-4, rtol=1e-4)
+
+
+def test_the_sequences_are_worked_out_once_per_forward(monkeypatch):
+    """A patched model works out its packed rows once for all its layers; a layer of a plain
+    Transformers model (no patched class above it) works them out itself, and keeps them apart too."""
+    import transformers
+
+    from hf_efficient_attn.integration import bridge, patching
+
+    calls = []
+    for module in (bridge, patching):
+        original = module.packed_segments
+        monkeypatch.setattr(module, "packed_segments", lambda *a, _f=original, **k: calls.append(1) or _f(*a, **k))
+    model = packed_model("bert", "mra2")
+    seqs = sequences()
+    with torch.no_grad():
+        model(**pack(seqs))
+    assert len(calls) == 1 and model.config.num_hidden_layers > 1
+    plain = transformers.BertModel(model.config, add_pooling_layer=False).eval()
+    plain.load_state_dict(model.state_dict(), strict=False)
+    assert type(plain) is transformers.BertModel
+    with torch.no_grad():
+        packed = plain(**pack(seqs)).last_hidden_state[0]
+    torch.testing.assert_close(packed, alone(model, seqs), atol=1e-4, rtol=1e-4)
 
 
 def test_output_attentions_refused_for_packed_rows():
@@ -204,16 +256,17 @@ def test_training_mode_draws_as_a_padded_batch(method):
     config = tiny_config("bert", initializer_range=0.3, max_position_embeddings=140, hidden_dropout_prob=0.0,
                          attention_probs_dropout_prob=0.0)
     model = hea.AutoModel.from_config(config, attn_impl=method, attn_config=SMALL_BUDGETS.get(method, {})).train()
-    seqs = sequences((60, 90))
-    ids = torch.zeros(2, 90, dtype=torch.long)
-    mask = torch.zeros(2, 90, dtype=torch.long)
+    lengths = (30, 130, 60)  # lengths that batches of similar length would reorder
+    seqs = sequences(lengths)
+    ids = torch.zeros(3, 130, dtype=torch.long)
+    mask = torch.zeros(3, 130, dtype=torch.long)
     for row, s in enumerate(seqs):
         ids[row, : len(s)], mask[row, : len(s)] = s, 1
     torch.manual_seed(3)
     packed = model(**pack(seqs, return_flash_attn_kwargs=True)).last_hidden_state[0]
     torch.manual_seed(3)
     padded = model(input_ids=ids, attention_mask=mask).last_hidden_state
-    torch.testing.assert_close(packed, torch.cat([padded[0, :60], padded[1]]), atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(packed, torch.cat([padded[row, :n] for row, n in enumerate(lengths)]), atol=1e-5, rtol=1e-4)
 
 
 def test_the_documented_inference_recipe():
@@ -318,7 +371,7 @@ def test_document_lengths_are_real_token_counts():
     assert lengths == [min(n, 2048) for n in full] and max(full) > 2048 > min(full)
 
 
-@pytest.mark.parametrize("model_type", PACKED_ARCHITECTURES)
+@pytest.mark.parametrize("model_type", ARCHITECTURES)
 def test_packed_sequence_classification_scores_each_sequence(model_type):
     """A sequence classifier given a packed row returns one row of logits per sequence, equal to each
     sequence's own (the head reads every sequence's first token, BERT's pooler included); its loss
@@ -334,7 +387,7 @@ def test_packed_sequence_classification_scores_each_sequence(model_type):
         torch.testing.assert_close(packed.logits, alone, atol=1e-4, rtol=1e-4)
         torch.testing.assert_close(packed.loss, torch.nn.functional.cross_entropy(alone, labels), atol=1e-5, rtol=1e-4)
         hea.unpatch_model(model)
-        assert not model.base_model.encoder._forward_hooks and model(**pack(seqs)).logits.shape == (1, 3)
+        assert not any(m._forward_hooks for m in model.modules()) and model(**pack(seqs)).logits.shape == (1, 3)
 
 
 def test_sequence_label_flattening_keeps_token_types_and_one_label_per_example():

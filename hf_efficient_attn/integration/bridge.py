@@ -19,7 +19,7 @@ from transformers.masking_utils import AttentionMaskInterface, bidirectional_mas
 from ..methods.base import METHOD_ATTRIBUTE, AttentionMethod, AttentionShape, is_tracing
 from ..registry import build_method, method_named_by, on_register, resolve_method, saved_attn_implementation
 from .longformer import EfficientLongformerSelfAttention
-from .packing import packed_segments
+from .packing import SEGMENTS_KEYWORD, attend_packed, groups_by_length, packed_segments
 
 #: Attribute a patched model sets on its method modules for a call with ``output_attentions=True``;
 #: then methods that form attention probabilities (those with a ``probabilities`` method) return them.
@@ -130,12 +130,14 @@ def efficient_attention_forward(
         method = _plain_transformers_method(module, name)
     batch, _, seq_len, _ = query.shape
     key_padding_mask = key_padding_mask_from(attention_mask, batch, seq_len)
-    segments = packed_segments(kwargs, key_padding_mask, batch, seq_len)
+    if SEGMENTS_KEYWORD in kwargs:  # worked out once by the patched model (patching.py)
+        segments = kwargs[SEGMENTS_KEYWORD]
+    else:
+        segments = packed_segments(kwargs, key_padding_mask, batch, seq_len, group=groups_by_length(method))
     if segments is not None:  # several sequences in a row: each attends to itself only (packing.py)
         if getattr(method, RETURN_PROBABILITIES, False):
             raise ValueError("output_attentions=True is not supported for packed rows (several sequences in a row)")
-        out = method(*(segments.unpack(t) for t in (query, key, value)), segments.real, scaling)
-        return segments.repack(out, batch, seq_len).transpose(1, 2).contiguous(), None
+        return attend_packed(method, segments, query, key, value, scaling).transpose(1, 2).contiguous(), None
     out = method(query, key, value, key_padding_mask, scaling)
     weights = None
     if getattr(method, RETURN_PROBABILITIES, False):  # output_attentions=True (patching.py)
@@ -172,10 +174,15 @@ def one_row_per_sequence(module: nn.Module, args: tuple, kwargs: dict[str, Any],
     each row's first token (BERT's pooler, RoBERTa's classifier), reads every sequence's."""
     hidden = output.last_hidden_state
     batch, seq_len, _ = hidden.shape
-    mask = kwargs.get("attention_mask", args[1] if len(args) > 1 else None)
-    segments = packed_segments(kwargs, key_padding_mask_from(mask, batch, seq_len), batch, seq_len)
+    if SEGMENTS_KEYWORD in kwargs:
+        segments = kwargs[SEGMENTS_KEYWORD]
+    elif module.config.model_type == "longformer":  # set for the call by the patched model (patching.py)
+        segments = getattr(module, SEGMENTS_KEYWORD, None)
+    else:
+        mask = kwargs.get("attention_mask", args[1] if len(args) > 1 else None)
+        segments = packed_segments(kwargs, key_padding_mask_from(mask, batch, seq_len), batch, seq_len)
     if segments is not None:
-        output.last_hidden_state = segments.unpack_tokens(hidden)
+        output.last_hidden_state = segments.in_order().unpack_tokens(hidden)[0]
     return output
 
 
@@ -195,6 +202,12 @@ def self_attention_modules(model: nn.Module) -> list[nn.Module]:
     if not modules:
         raise ValueError(f"found no {class_name} module in {type(model).__name__}")
     return modules
+
+
+
+def method_modules(model: nn.Module) -> list[AttentionMethod]:
+    """The attention method modules of a patched model, in layer order."""
+    return [module for module in model.modules() if isinstance(module, AttentionMethod)]
 
 
 on_register(register_with_transformers)

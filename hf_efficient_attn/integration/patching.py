@@ -16,6 +16,7 @@ BetterTransformer swaps layers) and ``unpatch_model`` swaps it back.
 
 from __future__ import annotations
 
+import inspect
 import logging
 from typing import Any
 
@@ -38,9 +39,16 @@ from ..registry import (
     resolve_method,
     saved_attn_implementation,
 )
-from .bridge import RETURN_PROBABILITIES, check_supported, layer_shape, one_row_per_sequence, self_attention_modules
+from .bridge import (
+    RETURN_PROBABILITIES,
+    check_supported,
+    layer_shape,
+    method_modules,
+    one_row_per_sequence,
+    self_attention_modules,
+)
 from .longformer import EfficientLongformerSelfAttention
-from .packing import PACKING_KEYWORDS, sequence_starts, shift_packed_positions
+from .packing import COLLATOR_KEYWORDS, SEGMENTS_KEYWORD, Segments, groups_by_length, packed_segments, shift_packed_positions
 from .positions import max_tokens, position_offset
 
 logger = logging.getLogger(__name__)
@@ -72,46 +80,73 @@ class EfficientModelMixin:
         else:  # nothing to run: a plain Transformers model, as unpatch_model leaves one
             _set_class(self, _base_class(self))
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        parameters = inspect.signature(cls.forward).parameters.values()
+        #: The keywords the model's forward names, and whether it passes on others (``**kwargs``).
+        cls._forward_keywords = frozenset(parameter.name for parameter in parameters)
+        cls._forward_passes_keywords = any(parameter.kind is parameter.VAR_KEYWORD for parameter in parameters)
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         # Input checks here rather than in ``forward``, whose signature Trainer inspects.
         if not is_patched(self):
             return super().__call__(*args, **kwargs)
         kwargs = self._packed_positions(kwargs)
         self._check_length(args, kwargs)
-        if not (kwargs.get("output_attentions") or self.config.output_attentions):
-            return super().__call__(*args, **kwargs)
-        refusal = attentions_refusal(self.config.model_type, self.config.attn_impl)
-        if refusal is not None:
-            raise ValueError(f"{refusal}; call the model with output_attentions=False")
-        methods = [m for m in self.modules() if isinstance(m, AttentionMethod)]
-        for method in methods:
-            setattr(method, RETURN_PROBABILITIES, True)
+        kwargs, segments = self._packed_segments(args, kwargs)
+        # Attributes of submodules for this call only: what Longformer's layers cannot take as keywords,
+        # and the request for attention probabilities.
+        call_attributes = []
+        if segments is not None and self.config.model_type == "longformer":
+            receivers = [*self_attention_modules(self), self.base_model]  # its layers and sequence hook
+            call_attributes += [(module, SEGMENTS_KEYWORD, segments, None) for module in receivers]
+        if kwargs.get("output_attentions") or self.config.output_attentions:
+            refusal = attentions_refusal(self.config.model_type, self.config.attn_impl)
+            if refusal is not None:
+                raise ValueError(f"{refusal}; call the model with output_attentions=False")
+            call_attributes += [(method, RETURN_PROBABILITIES, True, False) for method in method_modules(self)]
+        for module, name, value, _ in call_attributes:
+            setattr(module, name, value)
         try:
             return super().__call__(*args, **kwargs)
         finally:
-            for method in methods:
-                setattr(method, RETURN_PROBABILITIES, False)
+            for module, name, _, reset in call_attributes:
+                setattr(module, name, reset)
 
     def _packed_positions(self, kwargs: dict) -> dict:
-        """Packed rows (``packing.py``): a RoBERTa-family model's ``position_ids`` started at 0 are
-        shifted to its first position; Longformer, whose layers see no packing keywords, refuses them."""
-        if self.config.model_type == "longformer":
-            packing = [name for name in PACKING_KEYWORDS if kwargs.get(name) is not None]
-            position_ids = kwargs.get("position_ids")
-            if position_ids is not None and not is_tracing():
-                starts = sequence_starts({"position_ids": position_ids}, *position_ids.shape)
-                packing += ["position_ids that restart"] if bool(starts[:, 1:].any()) else []
-            if packing:
-                raise ValueError(
-                    f"Longformer models do not take packed rows ({', '.join(packing)}); pad the batch instead "
-                    "(DataCollatorWithPadding), or use another architecture"
-                )
-            return kwargs
+        """Packed rows (``packing.py``): the ``position_ids`` of a model whose positions start at
+        ``pad_token_id + 1`` (RoBERTa family, Longformer) started at 0 are shifted to its first position."""
         offset = position_offset(self.config)
         if offset and kwargs.get("position_ids") is not None:
             shifted = shift_packed_positions(kwargs["position_ids"], kwargs.get("attention_mask"), offset)
             kwargs = {**kwargs, "position_ids": shifted}
         return kwargs
+
+    def _packed_segments(self, args: tuple, kwargs: dict) -> tuple[dict, Segments | None]:
+        """The sequences of packed rows, worked out once for all layers (``packing.py``) and handed to
+        them as a keyword. Longformer's layers take no keywords: the collator's keywords its forward
+        does not name are removed here, and the sequences reach its layers as an attribute
+        (``__call__``). The layers work it out themselves when the forward passes on no keywords it
+        does not name (no ``**kwargs``, e.g. WikiHop's candidate scorer), and inside the graph of a
+        model compiled with ``model.compile()``."""
+        longformer = self.config.model_type == "longformer"
+        packing = {name: kwargs[name] for name in COLLATOR_KEYWORDS if name in kwargs}
+        if longformer:
+            kwargs = {name: value for name, value in kwargs.items()
+                      if name not in COLLATOR_KEYWORDS or name in self._forward_keywords}  # fmt: skip
+        elif self._compiled_call_impl is not None or not self._forward_passes_keywords:
+            return kwargs, None
+        tokens = kwargs.get("input_ids", args[0] if args else None)
+        tokens = kwargs.get("inputs_embeds") if tokens is None else tokens
+        mask = kwargs.get("attention_mask", args[1] if len(args) > 1 else None)
+        if tokens is None or (mask is not None and mask.dim() != 2):
+            return kwargs, None  # the layers work it out from the keywords (a custom 4D mask among them)
+        batch, seq_len = tokens.shape[:2]
+        segments = packed_segments(
+            {**packing, "position_ids": kwargs.get("position_ids")}, None if mask is None else mask.bool(),
+            batch, seq_len, group=groups_by_length(next(iter(method_modules(self)))),
+        )
+        return (kwargs if longformer else {**kwargs, SEGMENTS_KEYWORD: segments}), segments
 
     def _check_length(self, args: tuple, kwargs: dict) -> None:
         """The positions an input uses must lie in the position table: ``position_ids`` when given
@@ -271,9 +306,11 @@ def patch_model(
             method.share_from(modules[0])
     _set_class(model, efficient_class(type(model)))
     setattr(model, _RESTORE_ATTRIBUTE, restore)
-    if type(model).__name__.endswith("ForSequenceClassification") and config.model_type != "longformer":
+    if type(model).__name__.endswith("ForSequenceClassification"):
         # The head reads each row's first token: packed rows reach it one row per sequence (bridge.py).
-        hook = model.base_model.encoder.register_forward_hook(one_row_per_sequence, with_kwargs=True)
+        # Longformer's encoder works on rows padded to its attention window, its model on the input's.
+        encoder = model.base_model if config.model_type == "longformer" else model.base_model.encoder
+        hook = encoder.register_forward_hook(one_row_per_sequence, with_kwargs=True)
         setattr(model, _SEQUENCE_HOOK_ATTRIBUTE, hook)
     config.attn_impl, config.attn_config = attn_impl, options
     # Saved to config.json, where plain Transformers reads it as the attention to run (registry.py).
