@@ -305,6 +305,21 @@ def test_packed_chunks_score_as_padded_ones(model_type, attn_impl):
             assert (exact - expected.logits).abs().max() > 1e-3  # 10 times the tolerance above
 
 
+def test_packed_input_errors():
+    """A packed row needs where each chunk starts and its positions, one example per chunk, and
+    chunks that fit the position table."""
+    model = AutoModelForCandidateScoring.from_config(tiny_config(vocab_size=200), attn_impl="softmax").eval()
+    features = [{"input_ids": [[5, 6, 7], [5, 8]], "candidate_positions": [0, 1], "labels": 1}]
+    packed = PackedChunkCollator()(features)
+    for missing in ("cu_seq_lens_q", "position_ids"):
+        with pytest.raises(ValueError, match=f"packed chunks .* need .*{missing}.*{missing} None"):
+            model(**{k: v for k, v in packed.items() if k != missing})
+    with pytest.raises(ValueError, match="2 chunks in cu_seq_lens_q, 1 in example_of_chunk"):
+        model(**{**packed, "example_of_chunk": torch.tensor([0])})
+    with pytest.raises(ValueError, match="chunks of 600 tokens exceed the position table"):
+        model(**{**packed, "max_length_q": 600})
+
+
 def test_loss_is_cross_entropy_over_each_examples_candidates():
     tok = marked_tokenizer()
     model = AutoModelForCandidateScoring.from_config(tiny_config(vocab_size=len(tok)), attn_impl="softmax").eval()

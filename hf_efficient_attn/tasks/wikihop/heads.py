@@ -195,7 +195,8 @@ class CandidateScoringMixin:
         starts = cu_seq_lens_q[:-1].long()
         if len(starts) != len(example_of_chunk):
             raise ValueError(f"{len(starts)} chunks in cu_seq_lens_q, {len(example_of_chunk)} in example_of_chunk")
-        self._check_chunk_length(int((cu_seq_lens_q[1:] - cu_seq_lens_q[:-1]).max()))
+        if max_length_q is not None:  # the longest chunk (an int from the collator: no device sync)
+            self._check_chunk_length(int(max_length_q))
         hidden = self.base_model(
             input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
             position_ids=position_ids, cu_seq_lens_q=cu_seq_lens_q, cu_seq_lens_k=cu_seq_lens_k,
