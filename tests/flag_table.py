@@ -286,7 +286,7 @@ FLAG_TESTS: dict[str, dict[str, str]] = {
     "finetune_wikihop": {
         **MODEL_FLAG_TESTS,
         **TRAINING_FLAG_TESTS,
-        "padding_free": TEST_PACKING + "test_wikihop_refuses_padding_free",
+        "padding_free": TEST_WIKIHOP + "test_padding_free_packs_each_batch_and_keeps_logits_and_loss",
         "attn_impl": TEST_FLAGS_MODEL_TRAINING + "test_local_model_flags_reach_what_they_name",
         "dataset_name": TEST_FLAGS_DATA + "test_dataset_name_and_config_are_what_is_loaded",
         "dataset_config_name": TEST_FLAGS_DATA + "test_dataset_name_and_config_are_what_is_loaded",

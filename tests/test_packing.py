@@ -399,12 +399,3 @@ def test_sequence_label_flattening_keeps_token_types_and_one_label_per_example()
     assert batch["input_ids"].tolist() == [[5, 6, 7, 8, 9]] and batch["token_type_ids"].tolist() == [[0, 0, 1, 0, 1]]
     assert batch["position_ids"].tolist() == [[0, 1, 2, 0, 1]] and batch["cu_seq_lens_q"].tolist() == [0, 3, 5]
     assert batch["labels"].tolist() == [2, 0]
-
-
-def test_wikihop_refuses_padding_free(tmp_path):
-    from hf_efficient_attn.tasks.wikihop.finetune import WikiHopDataArguments
-
-    train = tmp_path / "train.json"
-    train.write_text("[]")
-    with pytest.raises(ValueError, match="--padding_free does not apply to WikiHop"):
-        WikiHopDataArguments(train_file=str(train), padding_free=True)

@@ -29,6 +29,7 @@ from hf_efficient_attn.tasks.wikihop.data import (
     MARKERS,
     ChunkCollator,
     ChunkEncoder,
+    PackedChunkCollator,
     add_markers,
     fit_embeddings_to,
     load_qangaroo,
@@ -161,6 +162,28 @@ def test_collator_pads_chunks_and_candidates():
     assert ChunkCollator(pad_token_id=0, pad_to_length=8)(features)["input_ids"].shape == (2, 2, 8)
 
 
+def test_packed_collator_puts_every_chunk_in_one_row():
+    """--padding_free: the chunks of all examples one after another, positions restarting at each
+    chunk, where each chunk starts and to which example it belongs; candidates as ChunkCollator's."""
+    features = [
+        {"input_ids": [[5, 6, 7], [5, 6]], "token_type_ids": [[0, 1, 1], [0, 1]], "candidate_positions": [0, 1, 2],
+         "labels": 2},
+        {"input_ids": [[8]], "token_type_ids": [[0]], "candidate_positions": [0], "labels": 0},
+    ]  # fmt: skip
+    batch = PackedChunkCollator()(features)
+    assert batch["input_ids"].tolist() == [[5, 6, 7, 5, 6, 8]]
+    assert batch["token_type_ids"].tolist() == [[0, 1, 1, 0, 1, 0]]
+    assert batch["position_ids"].tolist() == [[0, 1, 2, 0, 1, 0]]
+    assert batch["cu_seq_lens_q"].tolist() == [0, 3, 5, 6] and batch["max_length_q"] == 3
+    assert batch["example_of_chunk"].tolist() == [0, 0, 1]
+    padded = ChunkCollator(pad_token_id=0)(features)
+    for key in ("candidate_positions", "candidate_mask", "labels"):
+        assert torch.equal(batch[key], padded[key]), key
+    assert "attention_mask" not in batch and "token_type_ids" not in PackedChunkCollator()(
+        [{"input_ids": [[5, 6]], "candidate_positions": [0]}]
+    )
+
+
 # ---- model, loss, metric -----------------------------------------------------------------------
 
 
@@ -247,6 +270,54 @@ def test_scores_are_summed_over_chunks(attn_impl):
             assert expected.shape == (n,)
             torch.testing.assert_close(logits[i, :n], expected, atol=2e-5, rtol=1e-5)
             assert (logits[i, n:] == torch.finfo(logits.dtype).min).all()
+
+
+@pytest.mark.parametrize("attn_impl", ["softmax", "mra2"])
+@pytest.mark.parametrize("model_type", ["bert", "roberta"])
+def test_packed_chunks_score_as_padded_ones(model_type, attn_impl):
+    """Every chunk of the batch in one packed row (PackedChunkCollator) gives the logits and loss of
+    the padded batch: 5 examples, 9 chunks of 70 to 128 tokens. RoBERTa's packed positions start at
+    0 and are shifted to its own (2); BERT keeps its token types. MRA-2 keeps 1 of 8 blocks per row,
+    query/key weights scaled up so that attention is peaked: it approximates here (its logits differ
+    from exact attention's by over 10 times the tolerance), so each chunk must get its own approximation."""
+    tok = marked_tokenizer()
+    config = tiny_config(vocab_size=len(tok)) if model_type == "bert" else tiny.tiny_config("roberta", vocab_size=len(tok))
+    options = {"block_size": 16, "block_per_row": 1} if attn_impl == "mra2" else None
+    torch.manual_seed(0)
+    model = AutoModelForCandidateScoring.from_config(config, attn_impl=attn_impl, attn_config=options).eval()
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if name.endswith(("query.weight", "key.weight")):
+                parameter.mul_(30)
+    _, rows, _ = encoded_batch(tok, max_chunks=3)
+    if model_type == "roberta":  # no token types, as RoBERTa's tokenizer
+        rows = [{k: v for k, v in row.items() if k != "token_type_ids"} for row in rows]
+    lengths = [len(chunk) for row in rows for chunk in row["input_ids"]]
+    assert len(lengths) == 9 and min(lengths) < 100 and max(lengths) == 128
+    padded, packed = ChunkCollator(config.pad_token_id)(rows), PackedChunkCollator()(rows)
+    assert packed["input_ids"].shape == (1, sum(lengths))
+    with torch.no_grad():
+        expected, out = model(**padded), model(**packed)
+        torch.testing.assert_close(out.logits, expected.logits, atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(out.loss, expected.loss, atol=1e-4, rtol=1e-4)
+        if attn_impl == "mra2":
+            exact = hea.unpatch_model(model)(**padded).logits
+            assert (exact - expected.logits).abs().max() > 1e-3  # 10 times the tolerance above
+
+
+def test_packed_input_errors():
+    """A packed row needs where each chunk starts and its positions, one example per chunk, and
+    chunks that fit the position table."""
+    model = AutoModelForCandidateScoring.from_config(tiny_config(vocab_size=200), attn_impl="softmax").eval()
+    features = [{"input_ids": [[5, 6, 7], [5, 8]], "candidate_positions": [0, 1], "labels": 1}]
+    packed = PackedChunkCollator()(features)
+    for missing in ("cu_seq_lens_q", "position_ids"):
+        with pytest.raises(ValueError, match=f"packed chunks .* need .*{missing}.*{missing} None"):
+            model(**{k: v for k, v in packed.items() if k != missing})
+    with pytest.raises(ValueError, match="2 chunks in cu_seq_lens_q, 1 in example_of_chunk"):
+        model(**{**packed, "example_of_chunk": torch.tensor([0])})
+    with pytest.raises(ValueError, match="chunks of 600 tokens exceed the position table"):
+        model(**{**packed, "max_length_q": 600})
 
 
 def test_loss_is_cross_entropy_over_each_examples_candidates():
@@ -526,3 +597,41 @@ def test_gradient_accumulation_equals_one_large_batch(workspace, tmp_path):
                       "--gradient_accumulation_steps", "2")  # fmt: skip
     assert accumulated["train_loss"] == pytest.approx(large["train_loss"], rel=1e-4)
     assert accumulated["eval_loss"] == pytest.approx(large["eval_loss"], rel=1e-4)
+
+
+# ---- --padding_free -----------------------------------------------------------------------------------
+
+
+def test_padding_free_packs_each_batch_and_keeps_logits_and_loss(workspace, monkeypatch, tmp_path):
+    """--padding_free: each batch is one packed row of its examples' chunks (several per example
+    here), whose logits and loss equal those of the same examples padded; it needs an attention
+    method of this package (the tiny checkpoint saves none)."""
+    long_train = write_qangaroo_json(str(tmp_path / "long.json"), synthetic_examples(4, seed=11, **LONG))
+    trainer = captured(workspace, monkeypatch, tmp_path, "--do_train", "--train_file", long_train, "--max_seq_length",
+                       "96", "--attn_impl", "mra2", "--attn_config", '{"block_size": 16}', "--padding_free")  # fmt: skip
+    features = [trainer["train_dataset"][i] for i in range(4)]
+    chunks = [chunk for f in features for chunk in f["input_ids"]]
+    assert len(chunks) >= 12
+    packed = trainer["data_collator"](features)
+    assert packed["input_ids"].shape == (1, sum(map(len, chunks))) and len(packed["cu_seq_lens_q"]) == len(chunks) + 1
+    padded = ChunkCollator(trainer["processing_class"].pad_token_id)(features)
+    model = trainer["model"].eval()
+    with torch.no_grad():
+        packed_out, padded_out = model(**packed), model(**padded)
+    torch.testing.assert_close(packed_out.logits, padded_out.logits, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(packed_out.loss, padded_out.loss, atol=1e-4, rtol=1e-4)
+    with pytest.raises(ValueError, match="--padding_free needs an attention method of this package"):
+        run(workspace, tmp_path / "plain", "--do_train", "--padding_free")
+
+
+def test_padding_free_run_equals_the_padded_run(workspace, tmp_path):
+    """Two steps of training and an evaluation, packed and padded (dropout off; 64-token chunks, so
+    2 chunks per example): the same training loss, evaluation loss and accuracy."""
+    model = save_tiny_encoder(str(tmp_path / "no-dropout"), hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    common = ["--do_train", "--do_eval", "--max_steps", "2", "--max_train_samples", "8", "--max_eval_samples", "4",
+              "--model_name_or_path", model, "--max_seq_length", "64", "--attn_impl", "mra2"]  # fmt: skip
+    padded = run(workspace, tmp_path / "padded", *common)
+    packed = run(workspace, tmp_path / "packed", *common, "--padding_free")
+    assert packed["train_loss"] == pytest.approx(padded["train_loss"], rel=1e-4)
+    assert packed["eval_loss"] == pytest.approx(padded["eval_loss"], rel=1e-4)
+    assert packed["eval_accuracy"] == padded["eval_accuracy"]

@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from ..common.packing import SequenceLabelFlattening
+
 if TYPE_CHECKING:  # datasets is imported where it is used: scripts answer --help and flag errors without it
     from datasets import DatasetDict
 
@@ -233,6 +235,23 @@ def encode_splits(
         )
 
 
+def candidate_fields(features: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+    """``candidate_positions`` and ``candidate_mask`` (batch, candidates), padded to the most
+    candidates of the batch, and ``labels`` (batch,) when the features have them."""
+    candidates = max(len(f["candidate_positions"]) for f in features)
+    out = {
+        "candidate_positions": torch.zeros(len(features), candidates, dtype=torch.long),
+        "candidate_mask": torch.zeros(len(features), candidates, dtype=torch.bool),
+    }
+    for i, feature in enumerate(features):
+        positions = feature["candidate_positions"]
+        out["candidate_positions"][i, : len(positions)] = torch.as_tensor(positions)
+        out["candidate_mask"][i, : len(positions)] = True
+    if "labels" in features[0]:
+        out["labels"] = torch.tensor([f["labels"] for f in features], dtype=torch.long)
+    return out
+
+
 @dataclass
 class ChunkCollator:
     """Batches :class:`ChunkEncoder` examples into the model's inputs: ``input_ids``,
@@ -247,14 +266,11 @@ class ChunkCollator:
         batch = len(features)
         chunks = max(len(f["input_ids"]) for f in features)
         length = self.pad_to_length or max(len(c) for f in features for c in f["input_ids"])
-        candidates = max(len(f["candidate_positions"]) for f in features)
         with_types = "token_type_ids" in features[0]
         out = {
             "input_ids": torch.full((batch, chunks, length), self.pad_token_id, dtype=torch.long),
             "attention_mask": torch.zeros(batch, chunks, length, dtype=torch.long),
             "chunk_mask": torch.zeros(batch, chunks, dtype=torch.bool),
-            "candidate_positions": torch.zeros(batch, candidates, dtype=torch.long),
-            "candidate_mask": torch.zeros(batch, candidates, dtype=torch.bool),
         }
         if with_types:
             out["token_type_ids"] = torch.zeros(batch, chunks, length, dtype=torch.long)
@@ -265,9 +281,26 @@ class ChunkCollator:
                 if with_types:
                     out["token_type_ids"][i, j, : len(ids)] = torch.as_tensor(feature["token_type_ids"][j])
             out["chunk_mask"][i, : len(feature["input_ids"])] = True
-            positions = feature["candidate_positions"]
-            out["candidate_positions"][i, : len(positions)] = torch.as_tensor(positions)
-            out["candidate_mask"][i, : len(positions)] = True
-        if "labels" in features[0]:
-            out["labels"] = torch.tensor([f["labels"] for f in features], dtype=torch.long)
-        return out
+        return {**out, **candidate_fields(features)}
+
+
+class PackedChunkCollator:
+    """``--padding_free``: the chunks of every example of the batch one after another in one row,
+    without padding (:class:`~hf_efficient_attn.tasks.common.packing.SequenceLabelFlattening`: ``input_ids``
+    and ``token_type_ids`` of shape (1, tokens), ``position_ids`` restarting at every chunk,
+    ``cu_seq_lens_q`` / ``max_length_q`` and their ``_k`` twins), ``example_of_chunk`` (chunks,), the
+    example each chunk belongs to, and the candidate fields of :class:`ChunkCollator`."""
+
+    def __init__(self) -> None:
+        self.flatten = SequenceLabelFlattening()
+
+    def __call__(self, features: list[dict[str, Any]]) -> dict[str, Any]:
+        with_types = "token_type_ids" in features[0]
+        chunks = [
+            {"input_ids": ids, **({"token_type_ids": feature["token_type_ids"][j]} if with_types else {})}
+            for feature in features
+            for j, ids in enumerate(feature["input_ids"])
+        ]
+        out = self.flatten(chunks)
+        out["example_of_chunk"] = torch.tensor([i for i, f in enumerate(features) for _ in f["input_ids"]])
+        return {**out, **candidate_fields(features)}

@@ -35,6 +35,7 @@ from ..common.args import (
 )
 from ..common.data import first_rows, mean_length
 from ..common.driver import (
+    check_padding_free,
     check_run,
     evaluate_and_save,
     load_config,
@@ -47,7 +48,15 @@ from ..common.driver import (
     train_and_save,
 )
 from ..common.loss import global_mean_loss
-from .data import ChunkCollator, ChunkEncoder, add_markers, encode_splits, fit_embeddings_to, load_qangaroo
+from .data import (
+    ChunkCollator,
+    ChunkEncoder,
+    PackedChunkCollator,
+    add_markers,
+    encode_splits,
+    fit_embeddings_to,
+    load_qangaroo,
+)
 from .heads import AutoModelForCandidateScoring
 
 logger = logging.getLogger("hf_efficient_attn.tasks")
@@ -77,7 +86,10 @@ class WikiHopDataArguments(DataArguments):
     )
     pad_to_max_length: bool = field(
         default=False,
-        metadata={"help": "Pad every chunk to --max_seq_length (default: to the longest chunk of the batch)."},
+        metadata={
+            "help": "Pad every chunk to --max_seq_length (default: to the longest chunk of the batch; "
+            "--padding_free packs the chunks instead)."
+        },
     )
     max_chunks: int | None = field(
         default=None,
@@ -90,12 +102,6 @@ class WikiHopDataArguments(DataArguments):
     def __post_init__(self) -> None:
         super().__post_init__()
         check_positive_flags(self, "max_chunks")
-        if self.padding_free:
-            raise ValueError(
-                "--padding_free does not apply to WikiHop: an example's chunks are scored together, candidate by "
-                "candidate, which packed rows do not keep; its batches stay padded (to their longest without "
-                "--pad_to_max_length)"
-            )
 
 
 class CandidateAccuracy:
@@ -140,8 +146,10 @@ def run_wikihop(
             f"{PREDICTIONS_FILE} for its examples"
         )
     check_run(training_args)
-    model_limit = max_tokens(load_config(model_args))
+    config = load_config(model_args)
+    model_limit = max_tokens(config)
     check_max_seq_length(data_args.max_seq_length, model_limit)
+    check_padding_free(data_args.padding_free, model_args, config)
     checkpoint = start_run(training_args)
 
     raw = load_qangaroo(
@@ -175,6 +183,10 @@ def run_wikihop(
         )
     train_set, eval_set = encoded.get("train"), encoded.get("validation")
     accuracy = CandidateAccuracy([len(c) for c in raw["validation"]["candidates"]]) if eval_set is not None else None
+    if data_args.padding_free:
+        collator = PackedChunkCollator()
+    else:
+        collator = ChunkCollator(tokenizer.pad_token_id, max_length if data_args.pad_to_max_length else None)
     from ..common.trainer import CrashSafeTrainer  # here, not at the top: scripts answer --help without Trainer
 
     trainer = CrashSafeTrainer(
@@ -183,7 +195,7 @@ def run_wikihop(
         train_dataset=train_set,
         eval_dataset=eval_set,
         processing_class=tokenizer,
-        data_collator=ChunkCollator(tokenizer.pad_token_id, max_length if data_args.pad_to_max_length else None),
+        data_collator=collator,
         compute_loss_func=global_mean_loss,
         compute_metrics=accuracy,
         callbacks=list(callbacks),

@@ -80,28 +80,81 @@ class CandidateScoringMixin:
         chunk_mask: torch.Tensor | None = None,
         candidate_mask: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
+        example_of_chunk: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        cu_seq_lens_q: torch.Tensor | None = None,
+        cu_seq_lens_k: torch.Tensor | None = None,
+        max_length_q: int | None = None,
+        max_length_k: int | None = None,
     ) -> CandidateScoringOutput:
         """Score every candidate of every example.
+
+        Padded (``ChunkCollator``):
 
         - ``input_ids``, ``attention_mask``, ``token_type_ids``: (batch, chunks, length), each chunk
           a complete input (question and candidates, then a slice of the documents).
         - ``chunk_mask``: (batch, chunks), True for the chunks an example has (default: all).
+
+        Packed (``PackedChunkCollator``, ``--padding_free``): every chunk of the batch one after another
+        in one row; ``input_ids`` and ``token_type_ids`` (1, tokens), ``position_ids`` restarting at
+        every chunk, ``cu_seq_lens_q`` (chunks + 1,) where each chunk starts (and ``max_length_q``, the
+        ``_k`` twins: the keywords of ``DataCollatorWithFlattening(return_flash_attn_kwargs=True)``,
+        passed to the encoder, whose attention keeps the chunks apart), ``example_of_chunk``
+        (chunks,), the example of each chunk.
+
+        Both forms:
+
         - ``candidate_positions``: (batch, candidates), the position of each candidate's start marker,
           the same in every chunk of the example; ``candidate_mask``: True for real candidates.
         - ``labels``: (batch,), the index of the right candidate.
 
-        Only the existing chunks are encoded (one batch of chunks); each chunk scores every candidate
-        with ``candidate_scorer`` on the marker's hidden state, and an example's scores are the sums
-        over its chunks. There is no ``**kwargs``: Trainer passes ``num_items_in_batch`` to a forward that
-        takes them and then treats the model's loss as normalised by it.
+        Only the existing chunks are encoded (one batch of chunks, or the packed row); each chunk
+        scores every candidate with ``candidate_scorer`` on the marker's hidden state, and an example's
+        scores are the sums over its chunks. There is no ``**kwargs``: Trainer passes
+        ``num_items_in_batch`` to a forward that takes them and then treats the model's loss as
+        normalised by it.
         """
-        if input_ids.dim() != 3:
-            raise ValueError(f"input_ids must be (batch, chunks, length), got shape {tuple(input_ids.shape)}")
-        batch, chunks, length = input_ids.shape
+        batch = candidate_positions.shape[0]
+        if example_of_chunk is not None:
+            markers = self._packed_markers(
+                input_ids, candidate_positions, example_of_chunk, attention_mask, token_type_ids, position_ids,
+                cu_seq_lens_q, cu_seq_lens_k, max_length_q, max_length_k,
+            )  # fmt: skip
+        else:
+            markers, example_of_chunk = self._padded_markers(
+                input_ids, candidate_positions, attention_mask, token_type_ids, chunk_mask
+            )
+        chunk_scores = self.candidate_scorer(self.dropout(markers)).squeeze(-1)  # (n, candidates)
+        logits = chunk_scores.new_zeros(batch, chunk_scores.shape[-1]).index_add(0, example_of_chunk, chunk_scores)
+        if candidate_mask is not None:
+            logits = logits.masked_fill(~candidate_mask.bool(), torch.finfo(logits.dtype).min)
+
+        loss = F.cross_entropy(logits.float(), labels) if labels is not None else None
+        return CandidateScoringOutput(loss=loss, logits=logits)
+
+    def _check_chunk_length(self, length: int) -> None:
         if length > max_tokens(self.config):
             raise ValueError(
                 f"chunks of {length} tokens exceed the position table ({max_tokens(self.config)} tokens allowed)"
             )
+
+    def _padded_markers(
+        self,
+        input_ids: torch.Tensor,
+        candidate_positions: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        token_type_ids: torch.Tensor | None,
+        chunk_mask: torch.Tensor | None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The hidden states at the candidate markers of every existing chunk (n, candidates, hidden),
+        and the example of each chunk (n,)."""
+        if input_ids.dim() != 3:
+            raise ValueError(
+                f"input_ids must be (batch, chunks, length), or one packed row (1, tokens) with example_of_chunk; "
+                f"got shape {tuple(input_ids.shape)}"
+            )
+        batch, chunks, length = input_ids.shape
+        self._check_chunk_length(length)
         if chunk_mask is None:
             chunk_mask = torch.ones(batch, chunks, dtype=torch.bool, device=input_ids.device)
         chunk_mask = chunk_mask.bool()
@@ -114,16 +167,43 @@ class CandidateScoringMixin:
         if token_type_ids is not None:
             encoder_inputs["token_type_ids"] = existing(token_type_ids)
         hidden = self.base_model(**encoder_inputs).last_hidden_state  # (n, length, hidden)
-
         positions = candidate_positions[example_of_chunk]  # (n, candidates)
-        markers = hidden.gather(1, positions[..., None].expand(-1, -1, hidden.shape[-1]))
-        chunk_scores = self.candidate_scorer(self.dropout(markers)).squeeze(-1)  # (n, candidates)
-        logits = chunk_scores.new_zeros(batch, chunk_scores.shape[-1]).index_add(0, example_of_chunk, chunk_scores)
-        if candidate_mask is not None:
-            logits = logits.masked_fill(~candidate_mask.bool(), torch.finfo(logits.dtype).min)
+        return hidden.gather(1, positions[..., None].expand(-1, -1, hidden.shape[-1])), example_of_chunk
 
-        loss = F.cross_entropy(logits.float(), labels) if labels is not None else None
-        return CandidateScoringOutput(loss=loss, logits=logits)
+    def _packed_markers(
+        self,
+        input_ids: torch.Tensor,
+        candidate_positions: torch.Tensor,
+        example_of_chunk: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        token_type_ids: torch.Tensor | None,
+        position_ids: torch.Tensor | None,
+        cu_seq_lens_q: torch.Tensor | None,
+        cu_seq_lens_k: torch.Tensor | None,
+        max_length_q: int | None,
+        max_length_k: int | None,
+    ) -> torch.Tensor:
+        """The hidden states at the candidate markers of every chunk of the packed row (n, candidates,
+        hidden): chunk start + marker position in the row's hidden states."""
+        if input_ids.dim() != 2 or input_ids.shape[0] != 1 or cu_seq_lens_q is None or position_ids is None:
+            raise ValueError(
+                "packed chunks (example_of_chunk given) need input_ids of one row (1, tokens), position_ids and "
+                f"cu_seq_lens_q (PackedChunkCollator); got input_ids of shape {tuple(input_ids.shape)}, position_ids "
+                f"{'given' if position_ids is not None else 'None'}, cu_seq_lens_q "
+                f"{'given' if cu_seq_lens_q is not None else 'None'}"
+            )
+        starts = cu_seq_lens_q[:-1].long()
+        if len(starts) != len(example_of_chunk):
+            raise ValueError(f"{len(starts)} chunks in cu_seq_lens_q, {len(example_of_chunk)} in example_of_chunk")
+        if max_length_q is not None:  # the longest chunk (an int from the collator: no device sync)
+            self._check_chunk_length(int(max_length_q))
+        hidden = self.base_model(
+            input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
+            position_ids=position_ids, cu_seq_lens_q=cu_seq_lens_q, cu_seq_lens_k=cu_seq_lens_k,
+            max_length_q=max_length_q, max_length_k=max_length_k,
+        )  # fmt: skip
+        hidden = hidden.last_hidden_state[0]  # (tokens, hidden)
+        return hidden[starts[:, None] + candidate_positions[example_of_chunk]]  # (n, candidates, hidden)
 
 
 class BertForCandidateScoring(CandidateScoringMixin, BertPreTrainedModel):
