@@ -273,7 +273,7 @@ def test_scores_are_summed_over_chunks(attn_impl):
 
 
 @pytest.mark.parametrize("attn_impl", ["softmax", "mra2"])
-@pytest.mark.parametrize("model_type", ["bert", "roberta"])
+@pytest.mark.parametrize("model_type", ["bert", "roberta", "longformer"])
 def test_packed_chunks_score_as_padded_ones(model_type, attn_impl):
     """Every chunk of the batch in one packed row (PackedChunkCollator) gives the logits and loss of
     the padded batch: 5 examples, 9 chunks of 70 to 128 tokens. RoBERTa's packed positions start at
@@ -281,7 +281,7 @@ def test_packed_chunks_score_as_padded_ones(model_type, attn_impl):
     query/key weights scaled up so that attention is peaked: it approximates here (its logits differ
     from exact attention's by over 10 times the tolerance), so each chunk must get its own approximation."""
     tok = marked_tokenizer()
-    config = tiny_config(vocab_size=len(tok)) if model_type == "bert" else tiny.tiny_config("roberta", vocab_size=len(tok))
+    config = tiny_config(vocab_size=len(tok)) if model_type == "bert" else tiny.tiny_config(model_type, vocab_size=len(tok))
     options = {"block_size": 16, "block_per_row": 1} if attn_impl == "mra2" else None
     torch.manual_seed(0)
     model = AutoModelForCandidateScoring.from_config(config, attn_impl=attn_impl, attn_config=options).eval()
@@ -290,7 +290,7 @@ def test_packed_chunks_score_as_padded_ones(model_type, attn_impl):
             if name.endswith(("query.weight", "key.weight")):
                 parameter.mul_(30)
     _, rows, _ = encoded_batch(tok, max_chunks=3)
-    if model_type == "roberta":  # no token types, as RoBERTa's tokenizer
+    if model_type != "bert":  # no token types, as RoBERTa's tokenizer
         rows = [{k: v for k, v in row.items() if k != "token_type_ids"} for row in rows]
     lengths = [len(chunk) for row in rows for chunk in row["input_ids"]]
     assert len(lengths) == 9 and min(lengths) < 100 and max(lengths) == 128
