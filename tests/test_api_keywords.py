@@ -115,9 +115,11 @@ def test_unpatch_restore_chooses_the_attention_that_runs():
 
 @pytest.mark.parametrize("name", ["linformer", "mra2", "performer", "yoso"])
 def test_method_options_are_those_of_the_method_named(name):
-    """Each method's options dataclass, read field by field (the methods' options differ)."""
+    """Each method's options dataclass, read field by field (the methods' options differ): default and help."""
     fields = dataclasses.fields(get_method_class(name).options_cls)
-    assert hea.method_options(name) == {f.name: f.default for f in fields}
+    options = hea.method_options(name)
+    assert list(options) == [f.name for f in fields]
+    assert [(o.default, o.help) for o in options.values()] == [(f.default, f.metadata["help"]) for f in fields]
 
 
 def test_method_and_options_of_efficient_attention():

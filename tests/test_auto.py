@@ -6,7 +6,7 @@ import json
 import pytest
 import torch
 import transformers as T
-from tiny import REAL, batch, hidden, tiny_config
+from tiny import REAL, batch, hidden, option_defaults, tiny_config
 from transformers.utils import logging
 
 import hf_efficient_attn as hea
@@ -55,9 +55,9 @@ def test_saved_method_is_restored_and_attn_config_updates_it(plain_bert, tmp_pat
     hea.AutoModel.from_pretrained(plain_bert, attn_impl="mra2", attn_config={"block_size": 16}).save_pretrained(tmp_path)
     model = hea.AutoModel.from_pretrained(tmp_path, attn_config={"block_per_row": 2})
     assert model.config.attn_impl == "mra2"
-    assert model.config.attn_config == hea.method_options("mra2") | {"block_size": 16, "block_per_row": 2}
+    assert model.config.attn_config == option_defaults("mra2") | {"block_size": 16, "block_per_row": 2}
     other = hea.AutoModel.from_pretrained(tmp_path, attn_impl="yoso")  # a new method starts from its defaults
-    assert other.config.attn_config == hea.method_options("yoso")
+    assert other.config.attn_config == option_defaults("yoso")
 
 
 def test_attn_implementation_and_attn_impl(plain_bert, tmp_path):
