@@ -1043,6 +1043,16 @@ MUTATIONS: list[Mutation] = [
              (T + "test_docs_options.py::-k defaults_the_methods_tables",), "the methods overview names a wrong default"),
     Mutation(P + "tasks/common/args.py", "for name in list_methods())\n    return field(", "for name in list_methods()[:3])\n    return field(",
              (T + "test_docs_options.py::-k attn_config_help",), "--attn_config's help leaves methods' options out"),
+    # ---- one table per fact --------------------------------------------------------------------------------------
+    Mutation(P + "hub/remote_code.py", "    for auto_class, mapping in AUTO_CLASSES.items():",
+             "    for auto_class, mapping in list(AUTO_CLASSES.items())[:-1]:", (T + "test_auto.py::-k one_table_of_auto_classes",),
+             "the remote code maps fewer auto classes than hea exports"),
+    Mutation(P + "integration/bridge.py", "    return [m for m in model.modules() if isinstance(m, AttentionMethod)]",
+             "    return [m for m in model.modules() if isinstance(m, AttentionMethod)][:1]",
+             (T + "test_api_keywords.py::-k patch_model_attn_impl_and_attn_config",), "method_modules finds the first layer's method only"),
+    Mutation(P + "methods/base.py", "+ [0, length - x.shape[dim]]", "+ [length - x.shape[dim], 0]",
+             (T + "test_mra.py::-k odd_length", T + "test_skyformer.py::-k kernelized_matches"),
+             "pad_to_length pads at the start: MRA's internal padding moves real tokens"),
     # ---- the flag table --------------------------------------------------------------------------------------------
     Mutation(P + "tasks/common/args.py", "    padding_free: bool = field(", "    pack_rows: bool = field(",
              (T + "test_flag_table.py::-k pretrain_mlm",), "a new flag without an effect test"),

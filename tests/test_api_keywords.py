@@ -15,7 +15,7 @@ import hf_efficient_attn as hea
 from hf_efficient_attn.hub.card import DEFAULT_TEMPLATE, build_model_card
 from hf_efficient_attn.hub.export import prepare_upload
 from hf_efficient_attn.integration import auto
-from hf_efficient_attn.methods.base import AttentionMethod
+from hf_efficient_attn.integration.bridge import method_modules
 from hf_efficient_attn.methods.softmax import softmax_reference
 from hf_efficient_attn.registry import get_method_class
 from hf_efficient_attn.serving import onnx as serving
@@ -77,10 +77,6 @@ def test_attn_implementation_and_config_keywords(loading):
 
 
 # ----------------------------------------------------------------------- from_config, patch_model
-
-
-def method_modules(model):
-    return [m for m in model.modules() if isinstance(m, AttentionMethod)]
 
 
 def test_from_config_keywords():

@@ -112,3 +112,15 @@ def test_version_is_the_package_version():
     from importlib.metadata import version
 
     assert hea.__version__ == version("hf_efficient_attn")
+
+
+def test_one_table_of_auto_classes_gives_the_public_classes_and_the_remote_codes_auto_map():
+    """``AUTO_CLASSES`` is every ``hea.AutoModel*`` (each wrapping its Transformers namesake) and every
+    auto class a shared variant's remote code maps: BERT has all seven heads."""
+    from hf_efficient_attn.hub.remote_code import model_classes
+    from hf_efficient_attn.integration.auto import AUTO_CLASSES
+
+    public = [name for name in hea.__all__ if name.startswith("AutoModel")]
+    assert sorted(AUTO_CLASSES) == sorted(public)
+    assert all(getattr(hea, name)._auto_class is getattr(T, name) for name in public)
+    assert list(model_classes("bert")) == list(AUTO_CLASSES)

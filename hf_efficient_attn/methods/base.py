@@ -245,12 +245,11 @@ class AttentionMethod(nn.Module):
         return ", ".join(f"{k}={v!r}" for k, v in self.options.to_dict().items())
 
 
-def pad_to_multiple(x: torch.Tensor, multiple: int, dim: int, value: float = 0.0) -> torch.Tensor:
-    """Pad ``x`` at the end of ``dim`` so that its size is a multiple of ``multiple``."""
-    remainder = (-x.shape[dim]) % multiple
-    if remainder == 0:
+def pad_to_length(x: torch.Tensor, length: int, dim: int, value: float = 0.0) -> torch.Tensor:
+    """``x`` padded with ``value`` at the end of ``dim`` to ``length``."""
+    if x.shape[dim] == length:  # eager only for a sequence length: MRA's traced lengths always differ (padded_blocks)
         return x
-    pad = [0, 0] * (x.dim() - dim % x.dim() - 1) + [0, remainder]
+    pad = [0, 0] * (x.dim() - dim % x.dim() - 1) + [0, length - x.shape[dim]]
     return nn.functional.pad(x, pad, value=value)
 
 

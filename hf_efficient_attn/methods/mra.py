@@ -16,11 +16,10 @@ from dataclasses import dataclass, field
 from typing import Callable, NamedTuple
 
 import torch
-import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 
 from ..registry import register_method
-from .base import AttentionMethod, MethodOptions, Paper, check_choice, check_int, compute_dtype, is_tracing
+from .base import AttentionMethod, MethodOptions, Paper, check_choice, check_int, compute_dtype, is_tracing, pad_to_length
 from .block_pairs import pair_attention, row_major_cumsum
 from .block_sparse import block_sparse_attention
 from .mra_flex import FLEX_LENGTH_MULTIPLE, flex_mra_attention, flex_mra_attention_outside_graphs, flex_unavailable
@@ -85,14 +84,6 @@ def padded_blocks(length: int, block_size: int, multiple: int) -> int:
     if not is_tracing():
         return -(-length // multiple) * (multiple // block_size)
     return torch.sym_max((length // multiple + 1) * (multiple // block_size), 2)
-
-
-def pad_to_length(x: torch.Tensor, length: int, dim: int, value: float = 0.0) -> torch.Tensor:
-    """``x`` padded at the end of ``dim`` to ``length``."""
-    if x.shape[dim] == length:  # eager only: traced lengths always differ (padded_blocks)
-        return x
-    pad = [0, 0] * (x.dim() - dim % x.dim() - 1) + [0, length - x.shape[dim]]
-    return F.pad(x, pad, value=value)
 
 
 class BlockStats(NamedTuple):

@@ -54,7 +54,7 @@ from .base import (
     check_int,
     check_positive,
     compute_dtype,
-    pad_to_multiple,
+    pad_to_length,
     random_bits,
     seed_field,
     uniform_real_positions,
@@ -96,7 +96,7 @@ def kernelized_attention(
     extra_value[..., -1] = 1.0
     keys, values = torch.cat([keys, extra_key], 2), torch.cat([values, extra_value], 2)
     # zero columns up to a multiple of 8 change no dot product and keep the fused kernels usable
-    queries, keys, values = (pad_to_multiple(t, 8, dim=-1) for t in (queries, keys, values))
+    queries, keys, values = (pad_to_length(t, -(-t.shape[-1] // 8) * 8, dim=-1) for t in (queries, keys, values))
     mask = None
     if key_padding_mask is not None:
         mask = torch.cat([key_padding_mask, key_padding_mask.new_ones(batch, 1)], -1)[:, None, None, :]
