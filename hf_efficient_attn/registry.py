@@ -62,9 +62,18 @@ def get_method_class(name: str) -> type[AttentionMethod]:
     return _METHODS[name]
 
 
-def method_options(name: str) -> dict[str, Any]:
-    """Option names of method ``name`` with their defaults."""
-    return get_method_class(name).options_cls().to_dict()
+@dataclasses.dataclass(frozen=True)
+class MethodOption:
+    """One option of a method: its default and what it means (the field's ``metadata["help"]``)."""
+
+    default: Any
+    help: str
+
+
+def method_options(name: str) -> dict[str, MethodOption]:
+    """The options of method ``name``, in declaration order, each with its default and help."""
+    fields = dataclasses.fields(get_method_class(name).options_cls)
+    return {f.name: MethodOption(f.default, f.metadata.get("help", "")) for f in fields}
 
 
 def resolve_options(
@@ -76,7 +85,7 @@ def resolve_options(
     if overrides is not None and not isinstance(overrides, dict):
         raise ValueError(
             f"attn_config must be a dict of option names to values (or None), got {type(overrides).__name__} "
-            f"{overrides!r}; the options of {name!r} are: {method_options(name)}"
+            f"{overrides!r}; the options of {name!r} are: {options_cls().to_dict()}"
         )
     overrides = {**(base or {}), **(overrides or {})}
     known = [f.name for f in dataclasses.fields(options_cls)]

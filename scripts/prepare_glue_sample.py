@@ -8,7 +8,7 @@ validation.csv in SST-2's layout (sentence,label) for scripts/finetune_glue.py:
 
 from dataclasses import dataclass, field
 
-from hf_efficient_attn.tasks.common.args import check_choice, check_positive_flags, parse_arguments
+from hf_efficient_attn.tasks.common.args import check_flag_choice, check_positive_flags, parse_arguments
 from hf_efficient_attn.tasks.glue import OFFLINE_SAMPLES, write_offline_sample
 from hf_efficient_attn.utils.cli_errors import run_cli
 
@@ -20,7 +20,7 @@ class SampleArguments:
     validation_every: int = field(default=4, metadata={"help": "Hold out every n-th example of each label."})
 
     def __post_init__(self):
-        check_choice("sample", self.sample, OFFLINE_SAMPLES)
+        check_flag_choice("sample", self.sample, OFFLINE_SAMPLES)
         check_positive_flags(self, "validation_every")
 
 

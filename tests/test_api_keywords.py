@@ -15,7 +15,7 @@ import hf_efficient_attn as hea
 from hf_efficient_attn.hub.card import DEFAULT_TEMPLATE, build_model_card
 from hf_efficient_attn.hub.export import prepare_upload
 from hf_efficient_attn.integration import auto
-from hf_efficient_attn.methods.base import AttentionMethod
+from hf_efficient_attn.integration.bridge import method_modules
 from hf_efficient_attn.methods.softmax import softmax_reference
 from hf_efficient_attn.registry import get_method_class
 from hf_efficient_attn.serving import onnx as serving
@@ -79,10 +79,6 @@ def test_attn_implementation_and_config_keywords(loading):
 # ----------------------------------------------------------------------- from_config, patch_model
 
 
-def method_modules(model):
-    return [m for m in model.modules() if isinstance(m, AttentionMethod)]
-
-
 def test_from_config_keywords():
     """from_config builds the given config's model with attn_impl and attn_config; attn_implementation
     may name the method instead."""
@@ -115,9 +111,11 @@ def test_unpatch_restore_chooses_the_attention_that_runs():
 
 @pytest.mark.parametrize("name", ["linformer", "mra2", "performer", "yoso"])
 def test_method_options_are_those_of_the_method_named(name):
-    """Each method's options dataclass, read field by field (the methods' options differ)."""
+    """Each method's options dataclass, read field by field (the methods' options differ): default and help."""
     fields = dataclasses.fields(get_method_class(name).options_cls)
-    assert hea.method_options(name) == {f.name: f.default for f in fields}
+    options = hea.method_options(name)
+    assert list(options) == [f.name for f in fields]
+    assert [(o.default, o.help) for o in options.values()] == [(f.default, f.metadata["help"]) for f in fields]
 
 
 def test_method_and_options_of_efficient_attention():

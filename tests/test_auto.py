@@ -6,7 +6,7 @@ import json
 import pytest
 import torch
 import transformers as T
-from tiny import REAL, batch, hidden, tiny_config
+from tiny import REAL, batch, hidden, option_defaults, tiny_config
 from transformers.utils import logging
 
 import hf_efficient_attn as hea
@@ -55,9 +55,9 @@ def test_saved_method_is_restored_and_attn_config_updates_it(plain_bert, tmp_pat
     hea.AutoModel.from_pretrained(plain_bert, attn_impl="mra2", attn_config={"block_size": 16}).save_pretrained(tmp_path)
     model = hea.AutoModel.from_pretrained(tmp_path, attn_config={"block_per_row": 2})
     assert model.config.attn_impl == "mra2"
-    assert model.config.attn_config == hea.method_options("mra2") | {"block_size": 16, "block_per_row": 2}
+    assert model.config.attn_config == option_defaults("mra2") | {"block_size": 16, "block_per_row": 2}
     other = hea.AutoModel.from_pretrained(tmp_path, attn_impl="yoso")  # a new method starts from its defaults
-    assert other.config.attn_config == hea.method_options("yoso")
+    assert other.config.attn_config == option_defaults("yoso")
 
 
 def test_attn_implementation_and_attn_impl(plain_bert, tmp_path):
@@ -112,3 +112,15 @@ def test_version_is_the_package_version():
     from importlib.metadata import version
 
     assert hea.__version__ == version("hf_efficient_attn")
+
+
+def test_one_table_of_auto_classes_gives_the_public_classes_and_the_remote_codes_auto_map():
+    """``AUTO_CLASSES`` is every ``hea.AutoModel*`` (each wrapping its Transformers namesake) and every
+    auto class a shared variant's remote code maps: BERT has all seven heads."""
+    from hf_efficient_attn.hub.remote_code import model_classes
+    from hf_efficient_attn.integration.auto import AUTO_CLASSES
+
+    public = [name for name in hea.__all__ if name.startswith("AutoModel")]
+    assert sorted(AUTO_CLASSES) == sorted(public)
+    assert all(getattr(hea, name)._auto_class is getattr(T, name) for name in public)
+    assert list(model_classes("bert")) == list(AUTO_CLASSES)

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import hf_efficient_attn as hea
-from hf_efficient_attn.methods.base import AttentionMethod
+from hf_efficient_attn.integration.bridge import method_modules
 from hf_efficient_attn.tools.benchmark import cli, processes, report, steps, timing
 from hf_efficient_attn.tools.benchmark.processes import Measurement
 from hf_efficient_attn.utils.cli_errors import run_cli
@@ -179,9 +179,8 @@ def test_the_model_step_trains_the_model_with_the_chosen_attention(method):
     else:
         assert model.config.attn_impl == "mra2" and model.config.attn_config["block_per_row"] == 2
     calls = []
-    for module in model.modules():
-        if isinstance(module, AttentionMethod):
-            module.register_forward_hook(lambda *args: calls.append(1))
+    for module in method_modules(model):
+        module.register_forward_hook(lambda *args: calls.append(1))
     # The measured step is a real training step: it moves the weights and clears the gradients,
     # and runs the chosen method (no method module at all for Transformers' SDPA).
     query = model.roberta.encoder.layer[0].attention.self.query.weight

@@ -6,7 +6,7 @@ import json
 import pytest
 import torch
 import transformers as T
-from tiny import ARCHITECTURES, REAL, SEQ, VOCAB, batch, hidden, tiny_config
+from tiny import ARCHITECTURES, REAL, SEQ, VOCAB, batch, hidden, option_defaults, tiny_config
 
 import hf_efficient_attn as hea
 
@@ -46,7 +46,7 @@ def test_save_and_reload_restores_method(tmp_path, model_type, method, options):
     model.save_pretrained(tmp_path)
     saved = json.loads((tmp_path / "config.json").read_text())
     assert saved["attn_impl"] == method
-    assert saved["attn_config"] == hea.method_options(method) | options
+    assert saved["attn_config"] == option_defaults(method) | options
     reloaded = hea.AutoModel.from_pretrained(tmp_path).eval()
     assert reloaded.config.attn_impl == method
     torch.testing.assert_close(hidden(reloaded, ids, mask)[0], expected[0])

@@ -4,6 +4,7 @@ text (slow tier)."""
 import json
 
 import pytest
+from tiny import option_defaults
 
 import hf_efficient_attn as hea
 from hf_efficient_attn.tools import demo
@@ -43,5 +44,5 @@ def test_demo_cli_takes_a_preset_as_its_configuration_file(tmp_path, capsys):
     (tmp_path / "demo.json").write_text(json.dumps(configuration))
     demo.main([str(tmp_path / "demo.json")])
     _, options = hea.load_preset(preset)
-    assert options != hea.method_options("mra2")  # the preset is not the defaults ...
+    assert options != option_defaults("mra2")  # the preset is not the defaults ...
     assert f"swapped attention: mra2 {options}" in capsys.readouterr().out  # ... and it is what ran

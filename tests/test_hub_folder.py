@@ -14,7 +14,7 @@ from hub_fixtures import CASES, REPO, TEXT, tokenizer_for
 
 import hf_efficient_attn as hea
 from hf_efficient_attn.hub import remote_code
-from hf_efficient_attn.methods.base import AttentionMethod
+from hf_efficient_attn.integration.bridge import method_modules
 from hf_efficient_attn.registry import get_method_class
 
 PACKAGE_DIR = REPO / "hf_efficient_attn"
@@ -76,7 +76,7 @@ def test_shipped_code_is_the_package_source_with_torch_and_transformers_only(hub
             source = sources[name].read_text()
             assert _without_imports(text) == _without_imports(source), name
             assert _imported_names(text) == _imported_names(source), name
-    method_module = type(next(m for m in hub_variants[case].author.modules() if isinstance(m, AttentionMethod))).__module__
+    method_module = type(method_modules(hub_variants[case].author)[0]).__module__
     families = {remote_code.shipped_module_name(get_method_class(n).__module__) for n in hea.list_methods()}
     shipped_methods = {n for n in shipped if n.startswith("hea_methods_")}
     assert shipped_methods & families == {remote_code.shipped_module_name(method_module)}

@@ -209,6 +209,13 @@ def test_seeds_are_non_negative_integers(name):
 
 
 @pytest.mark.parametrize("name", METHODS)
+def test_every_option_says_what_it_means(name):
+    """Each option is a field with its help in ``metadata`` (what method_options and the docs show)."""
+    for option, described in hea.method_options(name).items():
+        assert len(described.help) > 10 and described.help.endswith("."), (name, option, described.help)
+
+
+@pytest.mark.parametrize("name", METHODS)
 def test_metadata_lives_on_the_class(name):
     """Paper, cost, budget option and exact reference: what the card, the quality study and the docs
     read from the registry."""

@@ -21,7 +21,7 @@ from compile_fixtures import (
 )
 
 import hf_efficient_attn as hea
-from hf_efficient_attn.methods.base import AttentionMethod
+from hf_efficient_attn.integration.bridge import method_modules
 
 METHODS = [name for name in hea.list_methods() if not name.startswith("mra")]
 #: Methods that draw fresh randomness at every training forward (eval mode uses fixed draws).
@@ -73,7 +73,7 @@ def test_eval_output_is_the_same_after_save_and_reload(method, tmp_path):
     reloaded = hea.AutoModel.from_pretrained(tmp_path).eval()
     with torch.no_grad():
         torch.testing.assert_close(last_hidden(reloaded, ids, mask), last_hidden(model, ids, mask), atol=0, rtol=0)
-    draws = {key for m in model.modules() if isinstance(m, AttentionMethod) for key, _ in m.named_buffers()}
+    draws = {key for m in method_modules(model) for key, _ in m.named_buffers()}
     assert not draws & {key.rsplit(".", 1)[-1] for key in model.state_dict()}
 
 

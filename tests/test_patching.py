@@ -6,7 +6,7 @@ import pickle
 import pytest
 import torch
 import transformers as T
-from tiny import ARCHITECTURES, REAL, VOCAB, batch, hidden, tiny_config
+from tiny import ARCHITECTURES, REAL, VOCAB, batch, hidden, option_defaults, tiny_config
 
 import hf_efficient_attn as hea
 
@@ -49,7 +49,7 @@ def test_set_attn_implementation_keeps_the_saved_config_true_to_what_runs(tmp_pa
 
     _, patched = exact_and_patched("roberta")
     patched.set_attn_implementation("yoso")  # another method: re-patched, with that method's defaults
-    assert patched.config.attn_impl == "yoso" and patched.config.attn_config == hea.method_options("yoso")
+    assert patched.config.attn_impl == "yoso" and patched.config.attn_config == option_defaults("yoso")
     direct = hea.patch_model(copy.deepcopy(exact), "yoso")
     assert_same(hidden(patched, ids, mask), hidden(direct, ids, mask))
 

@@ -6,10 +6,11 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from tiny import option_defaults
 
 from hf_efficient_attn.methods import yoso as Y
 from hf_efficient_attn.methods.base import AttentionShape
-from hf_efficient_attn.registry import build_method, method_options
+from hf_efficient_attn.registry import build_method
 
 #: Every test here also runs on CUDA: pytest --device cuda (tests/conftest.py).
 pytestmark = pytest.mark.device
@@ -404,10 +405,10 @@ def test_conv_window_adds_a_depthwise_convolution_of_the_masked_values(name):
 
 
 def test_defaults_and_invalid_options():
-    assert method_options("yoso") == {
+    assert option_defaults("yoso") == {
         "hash_code_len": 9, "num_hash": 32, "use_fast_hash": True, "conv_window": None, "seed": 0,
     }
-    assert method_options("yoso_e") == {"hash_code_len": 9, "conv_window": None, "gradient": "lower_bound"}
+    assert option_defaults("yoso_e") == {"hash_code_len": 9, "conv_window": None, "gradient": "lower_bound"}
     assert not make("yoso", conv_window=0).conv
     for name, bad in [
         ("yoso", {"hash_code_len": 0}), ("yoso", {"hash_code_len": 25}), ("yoso", {"num_hash": 0}),

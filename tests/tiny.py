@@ -16,6 +16,13 @@ def tiny_config(model_type="roberta", **overrides):
     return T.AutoConfig.for_model(model_type, **{**common, **overrides})
 
 
+def option_defaults(name):
+    """The default options of method ``name``, as the dict a config's ``attn_config`` holds."""
+    import hf_efficient_attn as hea
+
+    return {option: described.default for option, described in hea.method_options(name).items()}
+
+
 def batch():
     """Two rows; the second is padded after REAL tokens. Padded positions hold ordinary token ids
     (not the pad id), so a model that ignores the mask sees them."""

@@ -13,6 +13,7 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 from transformers import PreTrainedModel
 
 from .. import __version__
+from ..integration.bridge import method_modules
 from ..integration.positions import max_tokens
 from ..methods.base import AttentionMethod
 from .remote_code import PACKAGE, auto_class_of, model_classes
@@ -97,12 +98,12 @@ def eval_results(
 
 
 def _method(model: PreTrainedModel) -> AttentionMethod:
-    return next(m for m in model.modules() if isinstance(m, AttentionMethod))
+    return method_modules(model)[0]
 
 
 def method_parameter_count(model: PreTrainedModel) -> int:
     """Learnable parameters the method adds (shared ones counted once)."""
-    params = {id(p): p for m in model.modules() if isinstance(m, AttentionMethod) for p in m.parameters()}
+    params = {id(p): p for m in method_modules(model) for p in m.parameters()}
     return sum(p.numel() for p in params.values())
 
 

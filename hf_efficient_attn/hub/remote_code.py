@@ -24,23 +24,14 @@ from torch import nn
 from transformers.models.auto import modeling_auto
 
 from .. import __version__
+from ..integration.auto import AUTO_CLASSES
+from ..integration.bridge import method_modules
 from ..integration.patching import EfficientModelMixin
 from ..methods.base import AttentionMethod
 
 PACKAGE = __name__.split(".")[0]
 MODELING_MODULE = "modeling_efficient_attn"
 SHIPPED_PREFIX = "hea_"
-
-#: Auto classes a variant is mapped for, with the Transformers mapping that names their model class.
-AUTO_CLASS_MAPPINGS: dict[str, str] = {
-    "AutoModel": "MODEL_MAPPING_NAMES",
-    "AutoModelForMaskedLM": "MODEL_FOR_MASKED_LM_MAPPING_NAMES",
-    "AutoModelForPreTraining": "MODEL_FOR_PRETRAINING_MAPPING_NAMES",  # after MaskedLM: RoBERTa's is the same class
-    "AutoModelForSequenceClassification": "MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES",
-    "AutoModelForMultipleChoice": "MODEL_FOR_MULTIPLE_CHOICE_MAPPING_NAMES",
-    "AutoModelForTokenClassification": "MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES",
-    "AutoModelForQuestionAnswering": "MODEL_FOR_QUESTION_ANSWERING_MAPPING_NAMES",
-}
 
 MODELING_TEMPLATE = '''\
 """{model_type} models with {attn_impl} self-attention: remote code written by hf_efficient_attn {version}.
@@ -137,8 +128,8 @@ def flatten_imports(module: str, source: str) -> str:
 def model_classes(model_type: str) -> dict[str, str]:
     """Auto class name -> Transformers model class name, for the auto classes ``model_type`` has."""
     classes = {}
-    for auto_class, mapping in AUTO_CLASS_MAPPINGS.items():
-        class_name = getattr(modeling_auto, mapping).get(model_type)
+    for auto_class, mapping in AUTO_CLASSES.items():  # a variant is mapped for each hea.AutoModel* class
+        class_name = getattr(modeling_auto, mapping + "_NAMES").get(model_type)
         if class_name is not None:
             classes[auto_class] = class_name
     return classes
@@ -163,7 +154,7 @@ def auto_class_of(model: nn.Module) -> str:
 
 
 def _method_classes(model: nn.Module) -> list[type[AttentionMethod]]:
-    classes = sorted({type(m) for m in model.modules() if isinstance(m, AttentionMethod)}, key=lambda c: c.__qualname__)
+    classes = sorted({type(m) for m in method_modules(model)}, key=lambda c: c.__qualname__)
     if not classes:
         raise ValueError(
             f"{type(model).__name__} has no efficient-attention method; patch it first "

@@ -32,6 +32,19 @@ from ..registry import method_named_by, resolve_method
 from .bridge import SELF_ATTENTION_CLASSES, check_supported
 from .patching import efficient_class
 
+#: The auto classes with ``attn_impl=`` (one ``hea.AutoModel*`` each, and the ``auto_map`` of a shared
+#: variant's remote code), with Transformers' mapping of config class -> model class (``<mapping>_NAMES``:
+#: config name -> class name). Ordered: a head's auto class is the first that names its class (RoBERTa's
+#: pretraining class is its masked-LM class).
+AUTO_CLASSES: dict[str, str] = {
+    "AutoModel": "MODEL_MAPPING",
+    "AutoModelForMaskedLM": "MODEL_FOR_MASKED_LM_MAPPING",
+    "AutoModelForPreTraining": "MODEL_FOR_PRETRAINING_MAPPING",
+    "AutoModelForSequenceClassification": "MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING",
+    "AutoModelForMultipleChoice": "MODEL_FOR_MULTIPLE_CHOICE_MAPPING",
+    "AutoModelForTokenClassification": "MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING",
+    "AutoModelForQuestionAnswering": "MODEL_FOR_QUESTION_ANSWERING_MAPPING",
+}
 #: Keyword arguments that locate files, passed to both the config and the model (as Transformers' AutoModel).
 _HUB_KWARGS = ("cache_dir", "force_download", "local_files_only", "proxies", "revision", "subfolder", "token")
 #: Model keyword arguments that the config must not absorb (as Transformers' AutoModel).
@@ -126,9 +139,9 @@ class _EfficientAutoModel:
         return cls._auto_class.from_config(config, **kwargs)
 
 
-def _auto(name: str, mapping: str) -> type:
+def _auto(name: str) -> type:
     auto_class = getattr(transformers, name)
-    _register_efficient_classes(auto_class, getattr(transformers, mapping))
+    _register_efficient_classes(auto_class, getattr(transformers, AUTO_CLASSES[name]))
     doc = f"``transformers.{name}`` with ``attn_impl=`` / ``attn_config=`` (see the module docstring)."
     attributes = {"_auto_class": auto_class, "__doc__": doc, "__module__": __name__}
     return type(name, (_EfficientAutoModel,), attributes)
@@ -146,10 +159,10 @@ def _register_efficient_classes(auto_class: type, mapping: Any) -> None:
             auto_class.register(config_class, efficient_class(mapping[config_class]), exist_ok=True)
 
 
-AutoModel = _auto("AutoModel", "MODEL_MAPPING")
-AutoModelForMaskedLM = _auto("AutoModelForMaskedLM", "MODEL_FOR_MASKED_LM_MAPPING")
-AutoModelForPreTraining = _auto("AutoModelForPreTraining", "MODEL_FOR_PRETRAINING_MAPPING")
-AutoModelForSequenceClassification = _auto("AutoModelForSequenceClassification", "MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING")
-AutoModelForMultipleChoice = _auto("AutoModelForMultipleChoice", "MODEL_FOR_MULTIPLE_CHOICE_MAPPING")
-AutoModelForTokenClassification = _auto("AutoModelForTokenClassification", "MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING")
-AutoModelForQuestionAnswering = _auto("AutoModelForQuestionAnswering", "MODEL_FOR_QUESTION_ANSWERING_MAPPING")
+AutoModel = _auto("AutoModel")
+AutoModelForMaskedLM = _auto("AutoModelForMaskedLM")
+AutoModelForPreTraining = _auto("AutoModelForPreTraining")
+AutoModelForSequenceClassification = _auto("AutoModelForSequenceClassification")
+AutoModelForMultipleChoice = _auto("AutoModelForMultipleChoice")
+AutoModelForTokenClassification = _auto("AutoModelForTokenClassification")
+AutoModelForQuestionAnswering = _auto("AutoModelForQuestionAnswering")

@@ -204,10 +204,9 @@ def self_attention_modules(model: nn.Module) -> list[nn.Module]:
     return modules
 
 
-
 def method_modules(model: nn.Module) -> list[AttentionMethod]:
-    """The attention method modules of a patched model, in layer order."""
-    return [module for module in model.modules() if isinstance(module, AttentionMethod)]
+    """The method modules of a (patched) model, in layer order; empty for an unpatched one."""
+    return [m for m in model.modules() if isinstance(m, AttentionMethod)]
 
 
 on_register(register_with_transformers)

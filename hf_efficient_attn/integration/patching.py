@@ -30,7 +30,7 @@ from transformers.models.longformer.modeling_longformer import LongformerSelfAtt
 # patched model must be registered or hidden states come back None (no public route in 5.23).
 from transformers.utils.output_capturing import _CAN_RECORD_REGISTRY
 
-from ..methods.base import METHOD_ATTRIBUTE, AttentionMethod, is_tracing
+from ..methods.base import METHOD_ATTRIBUTE, is_tracing
 from ..registry import (
     build_method,
     get_method_class,
@@ -178,7 +178,7 @@ class EfficientModelMixin:
         model, e.g. ``BertForSequenceClassification.bert``, to that inner model's ``_init_weights``.)"""
         super().initialize_weights()
         with torch.no_grad():
-            for method in [m for m in self.modules() if isinstance(m, AttentionMethod)]:
+            for method in method_modules(self):
                 fresh = build_method(method.name, method.options.to_dict(), method.shape)
                 fresh_tensors = dict([*fresh.named_parameters(), *fresh.named_buffers()])
                 for name, tensor in [*method.named_parameters(), *method.named_buffers()]:
@@ -343,5 +343,5 @@ def unpatch_model(model: PreTrainedModel, restore: str | dict | None = None) -> 
 def modules_to_save(model: nn.Module) -> list[str]:
     """Entries for PEFT's ``modules_to_save`` that keep the method's own parameters (Linformer's
     projections, convolutions) trainable and saved with an adapter; empty for parameter-free methods."""
-    methods = [m for m in model.modules() if isinstance(m, AttentionMethod)]
+    methods = method_modules(model)
     return [METHOD_ATTRIBUTE] if any(any(True for _ in m.parameters()) for m in methods) else []

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 from transformers import PreTrainedModel
 
-from ..methods.base import AttentionMethod
+from .bridge import method_modules
 
 #: Models whose position ids start after the padding index (RoBERTa's offset of pad_token_id + 1).
 OFFSET_POSITION_MODELS = {"roberta", "xlm-roberta", "camembert", "longformer"}
@@ -47,7 +47,7 @@ def extend_position_embeddings(model: PreTrainedModel, max_length: int = 4096) -
     max_length = check_max_length(max_length)
     config = model.config
     offset = position_offset(config)
-    for method in (m for m in model.modules() if isinstance(m, AttentionMethod) and m.length_bound):
+    for method in (m for m in method_modules(model) if m.length_bound):
         if method.shape.max_seq_len < max_length + offset:
             raise ValueError(
                 f"{method.name}'s parameters are sized by the position table when the model is patched; "
@@ -70,7 +70,7 @@ def extend_position_embeddings(model: PreTrainedModel, max_length: int = 4096) -
     if hasattr(embeddings, "token_type_ids"):
         embeddings.token_type_ids = torch.zeros(1, total, dtype=torch.long, device=old.weight.device)
     config.max_position_embeddings = total
-    for method in (m for m in model.modules() if isinstance(m, AttentionMethod) and not m.length_bound):
+    for method in (m for m in method_modules(model) if not m.length_bound):
         method.set_max_seq_len(total)  # eval draws tied to positions cover the new ones, as a reload draws them
     return model
 

@@ -14,7 +14,7 @@ forward holds no ``torch.Generator``.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Iterable
 
 import torch
@@ -68,8 +68,9 @@ def check_choice(name: str, value: Any, allowed: Iterable[Any]) -> None:
 
 @dataclass
 class MethodOptions:
-    """Base options dataclass, used as is by methods without options; subclasses add fields
-    (paper defaults) and ``validate``, which runs on construction."""
+    """Base options dataclass, used as is by methods without options; subclasses add fields, each
+    ``field(default=<the paper's>, metadata={"help": ...})`` (what ``hea.method_options`` and the docs'
+    option tables show), and ``validate``, which runs on construction."""
 
     def __post_init__(self) -> None:
         self.validate()
@@ -79,6 +80,13 @@ class MethodOptions:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+def seed_field() -> Any:
+    """The ``seed`` option of a sampling method: one meaning in every method."""
+    return field(default=0, metadata={"help": (
+        "Seeds the fixed draws of eval mode (layer i uses `seed + 1000 i`); training draws fresh ones."
+    )})
 
 
 @dataclass(frozen=True)
@@ -237,12 +245,11 @@ class AttentionMethod(nn.Module):
         return ", ".join(f"{k}={v!r}" for k, v in self.options.to_dict().items())
 
 
-def pad_to_multiple(x: torch.Tensor, multiple: int, dim: int, value: float = 0.0) -> torch.Tensor:
-    """Pad ``x`` at the end of ``dim`` so that its size is a multiple of ``multiple``."""
-    remainder = (-x.shape[dim]) % multiple
-    if remainder == 0:
+def pad_to_length(x: torch.Tensor, length: int, dim: int, value: float = 0.0) -> torch.Tensor:
+    """``x`` padded with ``value`` at the end of ``dim`` to ``length``."""
+    if x.shape[dim] == length:  # eager only for a sequence length: MRA's traced lengths always differ (padded_blocks)
         return x
-    pad = [0, 0] * (x.dim() - dim % x.dim() - 1) + [0, remainder]
+    pad = [0, 0] * (x.dim() - dim % x.dim() - 1) + [0, length - x.shape[dim]]
     return nn.functional.pad(x, pad, value=value)
 
 

@@ -1,40 +1,10 @@
-"""Block-sparse softmax attention over a list of selected (query block, key block) pairs.
-
-The exact part of MRA-2 (Zeng et al., "Multi Resolution Analysis (MRA) for Approximate
-Self-Attention", ICML 2022; Alg. 2 at resolution 1): every query block x attends, by exact softmax,
-to the keys of its selected key blocks S_x, and optionally to one extra key per query block with a
-given value and score. MRA-2 passes its low-resolution part as that extra key: value = the
-low-resolution output of x, score = its log-sum-exp, so the softmax over [exact scores, extra score]
-is exactly the log-sum-exp merge of the two parts (Alg. 2, eq. 14).
-
-Computation (flash attention's scheme, in plain PyTorch so that one code runs on CPU and CUDA):
-
-- Forward, query block-major: query blocks are grouped by their number c of selected key blocks
-  and cut into chunks of at most ``CHUNK_BLOCKS`` key blocks; a chunk of G query blocks is
-  one ``bmm`` of their gathered (G, c * b, d) keys against their (G, b, d) queries, so every
-  row's softmax is an ordinary softmax over one dimension and no segment reduction is needed.
-- The forward keeps only the output and the per-row log-sum-exp; the backward gathers the
-  selected blocks again and recomputes the probabilities from the log-sum-exp (P = exp(S - lse),
-  dS = P * (dP - rowsum(dO * O))). Memory beyond the inputs and outputs is one chunk, O(n)
-  overall, instead of the gathered blocks and probabilities of every pair.
-- Backward, key block-major (FlashAttention-2's dK/dV loop): key blocks are grouped by the number
-  of query blocks that selected them, so a key block's dK and dV are each one ``bmm`` over the
-  rows of all its query blocks, written once; only dQ is accumulated (``index_add_``); measured
-  faster on CPU than the query block-major backward, which accumulates dK and dV too.
-
-The ``bmm``/``index_select``/``index_add_`` formulation is written by hand because no library
-kernel takes a ragged list of key blocks per query block with a backward on CPU: PyTorch's
-FlexAttention has no compiled CPU backward (torch 2.13) and SDPA takes dense masks only.
-
-Compilation and export. The grouping is data-dependent (``nonzero``, group sizes read on the
-host), so the forward and the backward are custom operators (``torch.library.custom_op``), linked
-by ``register_autograd``: ``torch.compile`` sees each as one opaque node with known output shapes
-and runs the same eager kernel inside the compiled graph, without graph breaks and without tracing
-the loops. An exported program (``torch.export``, ONNX) must consist of standard operators, so
-there MRA-2 runs :mod:`.block_pairs` instead: the same attention with static shapes only. It is
-not the CPU default because it gathers a fixed list of block pairs, padded to the largest budget,
-and reduces each row over its pairs with scatter operators, which costs more time on CPU than the
-grouped kernel (on CUDA, where the grouped kernel is launch-bound, it is the faster one).
+"""Block-sparse softmax attention over a ragged list of selected (query block, key block) pairs, the
+exact part of MRA-2 (Alg. 2 at resolution 1), with an optional extra key per query block through which
+MRA-2 merges its low-resolution part (value: its output, score: its log-sum-exp). This is the ``gather``
+backend: the forward groups query blocks by their number of key blocks (one ``bmm`` per chunk), the
+backward goes key block by key block and recomputes the probabilities from the log-sum-exp; both are
+custom operators, so ``torch.compile`` runs them as opaque nodes. Why it is written by hand, and how it
+compiles and exports: docs/methods/mra.md ("Backends", "Compilation and export").
 """
 
 from __future__ import annotations

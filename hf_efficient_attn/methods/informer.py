@@ -26,7 +26,7 @@ Choices where the paper is vague:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -40,6 +40,7 @@ from .base import (
     compute_dtype,
     is_tracing,
     random_bits,
+    seed_field,
     uniform_real_positions,
 )
 from .skeinformer import gather_rows, masked_softmax_attention, real_mask, value_mean
@@ -92,9 +93,8 @@ def sparsity_measurement(
 
 @dataclass
 class InformerOptions(MethodOptions):
-    # c of u = c ln L (Informer section 3.1 / official default factor 5)
-    factor: float = 5
-    seed: int = 0
+    factor: float = field(default=5, metadata={"help": "c of u = c ln L (Informer section 3.1, official default)."})
+    seed: int = seed_field()
 
     def validate(self) -> None:
         check_positive("factor", self.factor)

@@ -13,7 +13,7 @@ sharing between projections") are the ``sharing`` option.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -38,13 +38,15 @@ SHARING_MODES = ("none", "headwise", "key-value", "layerwise")
 
 @dataclass
 class LinformerOptions(MethodOptions):
-    # Projected dimension k. Linformer paper, section 5.1 (Fig. 3(d)) holds k = 256 fixed for
-    # n = 512..4096, and Table 2 shows k = 256 matching or beating RoBERTa for n = 512 and 1024.
-    k: int = 256
-    # Linformer paper, section 5.2 / Table 2: layerwise sharing (a single E for all layers, heads, keys
-    # and values) "exhibits the best accuracy result of all three parameter sharing strategies",
-    # and it is the variant benchmarked in Table 3.
-    sharing: str = "layerwise"
+    k: int = field(default=256, metadata={"help": (
+        "Projected dimension; section 5.1 (Fig. 3(d)) holds k = 256 for n = 512..4096, and Table 2 shows k = 256 "
+        "matching RoBERTa at 512 and 1024."
+    )})
+    sharing: str = field(default="layerwise", metadata={"help": (
+        "The sharing levels of section 4: `\"headwise\"` (E, F per layer), `\"key-value\"` (E = F per layer), "
+        "`\"layerwise\"` (one E for every layer, head, key and value: the best of section 5.2 / Table 2, and the "
+        "variant of Table 3), plus `\"none\"` (E_i, F_i per head)."
+    )})
 
     def validate(self) -> None:
         check_int("k", self.k, 1)

@@ -12,15 +12,14 @@ ties, priors, padding), compilation and export: docs/methods/mra.md.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, NamedTuple
 
 import torch
-import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 
 from ..registry import register_method
-from .base import AttentionMethod, MethodOptions, Paper, check_choice, check_int, compute_dtype, is_tracing
+from .base import AttentionMethod, MethodOptions, Paper, check_choice, check_int, compute_dtype, is_tracing, pad_to_length
 from .block_pairs import pair_attention, row_major_cumsum
 from .block_sparse import block_sparse_attention
 from .mra_flex import FLEX_LENGTH_MULTIPLE, flex_mra_attention, flex_mra_attention_outside_graphs, flex_unavailable
@@ -45,20 +44,26 @@ MRA_PAPER = Paper("Multi Resolution Analysis (MRA) for Approximate Self-Attentio
 
 @dataclass
 class MraOptions(MethodOptions):
-    # b in R = {b, 1}: section 5, "Baselines": "R = {32, 1} ... denoted in experiments as MRA-2".
-    # Any positive integer is accepted (the paper's Alg. 1 works for any b; exact at full budget
-    # for b = 1, 7, 64 on both backends, tested); the official CUDA kernels fix b = 32. Smaller b
-    # costs more: the low-resolution part is (n/b)^2.
-    block_size: int = 32
-    # Exact blocks per query block, on average (budget m_1 = block_per_row x number of query
-    # blocks, Alg. 1). 4 = Transformers' MraConfig default and the official RoBERTa-512 config
-    # "base-512-4"; the official 4096-token runs use 16 (with priors, e.g. first 1, diagonal 5).
-    block_per_row: int = 4
-    # Alg. 1 "prespecified via priors"; 0 = off (Transformers' MraConfig defaults).
-    initial_prior_first_n_blocks: int = 0
-    initial_prior_diagonal_n_blocks: int = 0
-    # "auto", "flex", "gather" or "pairs" (docs/methods/mra.md, "Backends").
-    backend: str = "auto"
+    block_size: int = field(default=32, metadata={"help": (
+        "b in R = {b, 1} (section 5; 32 is the paper's and the only size of the official CUDA kernels). Any "
+        "positive integer works (exact at full budget for 1, 7 and 64, tested); a smaller b makes the (n/b)² part dearer."
+    )})
+    block_per_row: int = field(default=4, metadata={"help": (
+        "Exact blocks per query block on average (the budget of Alg. 1); 4 = Transformers' `MraConfig` default and "
+        "the official RoBERTa-512 config. The official 4096-token runs use 16 with priors "
+        "(`configs/methods/mra2-4096.json`)."
+    )})
+    initial_prior_first_n_blocks: int = field(default=0, metadata={"help": (
+        "Alg. 1 \"prespecified via priors\": the first n query-block rows and key-block columns (global tokens); "
+        "0 = off, as in `MraConfig`."
+    )})
+    initial_prior_diagonal_n_blocks: int = field(default=0, metadata={"help": (
+        "Priors on the band |x − y| ≤ n // 2 around the diagonal; 0 = off, as in `MraConfig`."
+    )})
+    backend: str = field(default="auto", metadata={"help": (
+        "`\"gather\"` (plain PyTorch, training and inference), `\"pairs\"` (plain PyTorch, static shapes), "
+        "`\"flex\"` (compiled FlexAttention, inference on CPU) or `\"auto\"` (`pairs` on CUDA, `gather` elsewhere)."
+    )})
 
     def validate(self) -> None:
         check_int("block_size", self.block_size, 1)
@@ -79,14 +84,6 @@ def padded_blocks(length: int, block_size: int, multiple: int) -> int:
     if not is_tracing():
         return -(-length // multiple) * (multiple // block_size)
     return torch.sym_max((length // multiple + 1) * (multiple // block_size), 2)
-
-
-def pad_to_length(x: torch.Tensor, length: int, dim: int, value: float = 0.0) -> torch.Tensor:
-    """``x`` padded at the end of ``dim`` to ``length``."""
-    if x.shape[dim] == length:  # eager only: traced lengths always differ (padded_blocks)
-        return x
-    pad = [0, 0] * (x.dim() - dim % x.dim() - 1) + [0, length - x.shape[dim]]
-    return F.pad(x, pad, value=value)
 
 
 class BlockStats(NamedTuple):

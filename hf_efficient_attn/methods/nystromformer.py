@@ -25,7 +25,7 @@ n to be a multiple of m and average padded tokens into the landmarks):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -133,17 +133,16 @@ def nystrom_attention(
 
 @dataclass
 class NystromformerOptions(MethodOptions):
-    # m. Xiong et al. 2021 pretrain their BERT-size model with 64 landmarks (also the official
-    # nystrom-512 config; its LRA configs try 32-256).
-    num_landmarks: int = 64
-    # Iterations of ``iterative_pinv``: 6 in Xiong et al. 2021 (section 3) and the official
-    # ``iterative_inv(n_iter=6)``.
-    pinv_iterations: int = 6
-    # Depthwise (kernel x 1) convolution over the sequence of V added to the output, one filter
-    # per head. Off (None or 0) by default: the official code adds it only when the config names
-    # it (its BERT config uses 33, its LRA configs 35), and it is a new parameter that pretrained
-    # checkpoints lack. Must be odd so that the output keeps length n.
-    conv_kernel_size: int | None = None
+    num_landmarks: int = field(default=64, metadata={"help": (
+        "m; the paper's BERT-size pretraining and the official nystrom-512 config (its LRA configs try 32-256)."
+    )})
+    pinv_iterations: int = field(default=6, metadata={"help": (
+        "Iterations of the pseudo-inverse (paper section 3, official `iterative_inv(n_iter=6)`)."
+    )})
+    conv_kernel_size: int | None = field(default=None, metadata={"help": (
+        "Odd window of a depthwise convolution over V added to the output, one filter per head (official BERT "
+        "config: 33); None or 0 = off, the default, since pretrained checkpoints lack this new parameter."
+    )})
 
     def validate(self) -> None:
         check_int("num_landmarks", self.num_landmarks, 1)

@@ -15,12 +15,12 @@ orthogonal directions whose norms follow the chi distribution of a Gaussian vect
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
 from ..registry import register_method
-from .base import AttentionMethod, MethodOptions, Paper, check_int, compute_dtype
+from .base import AttentionMethod, MethodOptions, Paper, check_int, compute_dtype, seed_field
 
 #: Added to every feature (the official code's ``numerical_stabilizer`` passed to its positive
 #: softmax features in ``make_fast_softmax_attention``); keeps the normaliser positive.
@@ -29,15 +29,13 @@ FEATURE_EPS = 1e-6
 
 @dataclass
 class PerformerOptions(MethodOptions):
-    # m: ``nb_features=256`` in the official make_fast_softmax_attention, and the 256 features
-    # used for Performer in the Skeinformer paper (appendix, comparable-computation setting).
-    num_features: int = 256
-    # Draws the fixed features of each layer (layer i uses seed + 1000 * i, see
-    # AttentionMethod.seeded_draws).
-    seed: int = 0
-    # Redraw the features at every training forward (the paper's feature redrawing, official
-    # ``redraw_features``); eval always uses the fixed, seeded features.
-    redraw: bool = False
+    num_features: int = field(default=256, metadata={"help": (
+        "m (official `nb_features=256`, also Performer's setting in the Skeinformer paper's appendix)."
+    )})
+    seed: int = seed_field()
+    redraw: bool = field(default=False, metadata={"help": (
+        "Redraw the features at every training forward (official `redraw_features`); eval always uses the fixed ones."
+    )})
 
     def validate(self) -> None:
         check_int("num_features", self.num_features, 1)

@@ -45,7 +45,7 @@ value rows for every query.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -59,6 +59,7 @@ from .base import (
     compute_dtype,
     is_tracing,
     random_bits,
+    seed_field,
     uniform_from_bits,
     uniform_real_positions,
 )
@@ -123,16 +124,18 @@ def gather_rows(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
 
 @dataclass
 class SkeinformerOptions(MethodOptions):
-    # d of Algorithm 1; Appendix A.1: "256 as the number of features in Skeinformer"
-    num_samples: int = 256
-    # section 4.1 (eq. 5) "importance"; Table 1 "w/o column sampling" = "uniform"
-    column_sampling: str = "importance"
-    # section 4.2 (eq. 6) "adaptive"; Table 1 "w/ simple row normalization" = "simple",
-    # "w/o row normalization" = "none"
-    row_normalization: str = "adaptive"
-    # section 4.3 (Algorithm 1 line 12); Table 1 "w/o pilot sampling reutilization" = False
-    pilot_reuse: bool = True
-    seed: int = 0
+    num_samples: int = field(default=256, metadata={"help": "d of Algorithm 1 (Appendix A.1: 256)."})
+    column_sampling: str = field(default="importance", metadata={"help": (
+        "Eq. (5) (section 4.1); `\"uniform\"` = Table 1's \"w/o column sampling\"."
+    )})
+    row_normalization: str = field(default="adaptive", metadata={"help": (
+        "Eq. (6) (section 4.2); `\"simple\"` (softmax over the sampled columns, Informer's: Table 1's \"w/ simple "
+        "row normalization\") or `\"none\"` (D⁻¹ A S Sᵀ V of section 4.1 with the exact D)."
+    )})
+    pilot_reuse: bool = field(default=True, metadata={"help": (
+        "Algorithm 1 line 12 (section 4.3); False = Table 1's \"w/o pilot sampling reutilization\"."
+    )})
+    seed: int = seed_field()
 
     def validate(self) -> None:
         check_int("num_samples", self.num_samples, 1)

@@ -41,7 +41,7 @@ under-inverted, which the method accepts as extra regularisation).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -54,8 +54,9 @@ from .base import (
     check_int,
     check_positive,
     compute_dtype,
-    pad_to_multiple,
+    pad_to_length,
     random_bits,
+    seed_field,
     uniform_real_positions,
 )
 from .nystromformer import iterative_pinv
@@ -95,7 +96,7 @@ def kernelized_attention(
     extra_value[..., -1] = 1.0
     keys, values = torch.cat([keys, extra_key], 2), torch.cat([values, extra_value], 2)
     # zero columns up to a multiple of 8 change no dot product and keep the fused kernels usable
-    queries, keys, values = (pad_to_multiple(t, 8, dim=-1) for t in (queries, keys, values))
+    queries, keys, values = (pad_to_length(t, -(-t.shape[-1] // 8) * 8, dim=-1) for t in (queries, keys, values))
     mask = None
     if key_padding_mask is not None:
         mask = torch.cat([key_padding_mask, key_padding_mask.new_ones(batch, 1)], -1)[:, None, None, :]
@@ -158,17 +159,19 @@ def skyformer_attention(
 
 @dataclass
 class SkyformerOptions(MethodOptions):
-    # d, the columns of S (the paper's and official code's nb_features). Skyformer paper, section 5,
-    # Implementation Details: "we control the number of features to be 128 used in all methods".
-    num_landmarks: int = 128
-    # Indicator vectors summed per column of S; 1 in every official LRA config.
-    accumulation: int = 1
-    # Section 4.4: "gamma > 0 is a small constant"; the official code adds 1e-1 * I.
-    gamma: float = 0.1
-    # Section 4.4 adopts Nystromformer's iterative inverse; the official code runs 6 iterations.
-    pinv_iterations: int = 6
-    # Seeds the landmarks in eval mode (layer i uses seed + 1000 * i); training draws fresh ones.
-    seed: int = 0
+    num_landmarks: int = field(default=128, metadata={"help": (
+        "d, the columns of S (section 5: \"the number of features to be 128 used in all methods\")."
+    )})
+    accumulation: int = field(default=1, metadata={"help": (
+        "Indicator vectors summed per column of S (1 in every official LRA config)."
+    )})
+    gamma: float = field(default=0.1, metadata={"help": (
+        "γ of section 4.4 (\"a small constant\"; the official code adds 1e-1 · I)."
+    )})
+    pinv_iterations: int = field(default=6, metadata={"help": (
+        "Iterations of Nyströmformer's iterative inverse (section 4.4; official code: 6)."
+    )})
+    seed: int = seed_field()
 
     def validate(self) -> None:
         check_int("num_landmarks", self.num_landmarks, 1)

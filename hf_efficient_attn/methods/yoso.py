@@ -44,7 +44,7 @@ from __future__ import annotations
 import math
 import re
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import torch
@@ -61,6 +61,7 @@ from .base import (
     check_int,
     compute_dtype,
     depthwise_value_conv,
+    seed_field,
 )
 
 #: eps under the square root of eq. (2) for ``gradient="exact"`` (section 1.4 adds "a small eps to
@@ -95,16 +96,22 @@ def _check_conv_window(window: object) -> None:
         raise ValueError(f"option 'conv_window' must be a positive odd integer, or None / 0 for off; got {window!r}")
 
 
+HASH_CODE_LEN_HELP = (
+    "τ; 9 in the official BERT configs for the 512-token experiments of Table 3 (LRA configs use 10-12)."
+)
+CONV_WINDOW_HELP = (
+    "Odd window of a depthwise convolution over V added to the output (YOSO-C); None or 0 = off, the default, "
+    "since pretrained checkpoints lack this new parameter."
+)
+
+
 @dataclass
 class YosoEOptions(MethodOptions):
-    # tau. Official BERT configs (mlpen/YOSO BERT/models/yoso-v1-32-small, yoso-v2-32-small):
-    # hash_code_len 9 for the 512-token BERT experiments of Table 3 (LRA configs use 10-12).
-    hash_code_len: int = 9
-    # Depthwise convolution window over the sequence (YOSO-C); None or 0 = off (official code:
-    # only when "conv_window" is in the config). Must be odd, so the output keeps length n.
-    conv_window: int | None = None
-    # "lower_bound": eq. (3) (official YOSO-E); "exact": eq. (2) with EXACT_GRADIENT_EPS.
-    gradient: str = "lower_bound"
+    hash_code_len: int = field(default=9, metadata={"help": HASH_CODE_LEN_HELP})
+    conv_window: int | None = field(default=None, metadata={"help": CONV_WINDOW_HELP})
+    gradient: str = field(default="lower_bound", metadata={"help": (
+        "`\"lower_bound\"`: eq. (3), as the official YOSO-E; `\"exact\"`: eq. (2)."
+    )})
 
     def validate(self) -> None:
         check_int("hash_code_len", self.hash_code_len, 1)
@@ -114,17 +121,15 @@ class YosoEOptions(MethodOptions):
 
 @dataclass
 class YosoOptions(MethodOptions):
-    # tau: as YosoEOptions (official BERT configs: 9).
-    hash_code_len: int = 9
-    # m: YOSO-32 in appendix Tables 1-3 and the official BERT configs (num_hash 32).
-    num_hash: int = 32
-    # Section 1.2: projections H D3 H D2 H D1 (Andoni et al. 2015) instead of Gaussian ones;
-    # the official configs set use_fast_hash true.
-    use_fast_hash: bool = True
-    # As YosoEOptions.conv_window.
-    conv_window: int | None = None
-    # Seeds the hashes in eval mode (layer i uses seed + 1000 * i); training draws fresh ones.
-    seed: int = 0
+    hash_code_len: int = field(default=9, metadata={"help": HASH_CODE_LEN_HELP + f" At most {MAX_HASH_CODE_LEN}."})
+    num_hash: int = field(default=32, metadata={"help": (
+        "m: YOSO-32 of the appendix tables (1-3) and the official BERT configs."
+    )})
+    use_fast_hash: bool = field(default=True, metadata={"help": (
+        "Section 1.2's fast Hadamard projections H D₃ H D₂ H D₁ instead of Gaussian ones (as the official configs)."
+    )})
+    conv_window: int | None = field(default=None, metadata={"help": CONV_WINDOW_HELP})
+    seed: int = seed_field()
 
     def validate(self) -> None:
         check_int("hash_code_len", self.hash_code_len, 1, MAX_HASH_CODE_LEN)

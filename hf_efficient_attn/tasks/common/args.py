@@ -23,7 +23,7 @@ from typing import Any, ClassVar, Sequence
 from huggingface_hub.utils import validate_repo_id
 from transformers import HfArgumentParser
 
-from ...registry import list_methods, resolve_options
+from ...registry import list_methods, method_options, resolve_options
 
 
 def parse_attn_config(value: str | dict[str, Any] | None) -> dict[str, Any]:
@@ -77,7 +77,7 @@ def parse_method_configs(value: str | dict[str, Any] | None, methods: Sequence[s
     return configs
 
 
-def check_choice(flag: str, value: Any, allowed: Sequence[Any]) -> None:
+def check_flag_choice(flag: str, value: Any, allowed: Sequence[Any]) -> None:
     """``ValueError`` naming the allowed values unless ``value`` is one of them."""
     if value not in allowed:
         raise ValueError(f"--{flag} {value!r}: allowed: {', '.join(map(str, allowed))}")
@@ -113,25 +113,44 @@ def _is_hub_id(name: str) -> bool:
     return True
 
 
+def attn_impl_field(default: str | None, when_unset: str = "") -> Any:
+    """The ``--attn_impl`` flag of one method (``when_unset``: what runs when it is not given)."""
+    return field(default=default, metadata={"help": f"Attention method: one of {', '.join(list_methods())}.{when_unset}"})
+
+
+def attn_config_field() -> Any:
+    """The ``--attn_config`` flag of one method; its help lists each method's options, read from the
+    options' fields as ``hea.method_options`` and the docs' option tables are."""
+    options = "; ".join(f"{name}: {', '.join(method_options(name)) or 'none'}" for name in list_methods())
+    return field(
+        default=None,
+        metadata={
+            "help": "Method options as a JSON object, e.g. '{\"block_per_row\": 16}'; each option's default and "
+            f"meaning: hf_efficient_attn.method_options(NAME) and docs/methods/. Options by method: {options}."
+        },
+    )
+
+
+class _MethodChoice:
+    """``attn_options``: ``--attn_config`` of one method as a dict."""
+
+    attn_config: str | None
+
+    @property
+    def attn_options(self) -> dict[str, Any]:
+        """``--attn_config`` as a dict."""
+        return parse_attn_config(self.attn_config)
+
+
 @dataclass
-class ModelArguments:
+class ModelArguments(_MethodChoice):
     """Which checkpoint, tokenizer and attention method to use (``run_mlm.py``'s model flags)."""
 
     model_name_or_path: str = field(
         metadata={"help": "Checkpoint to start from: a Hub id or a local folder (e.g. one written by convert_to_long)."}
     )
-    attn_impl: str | None = field(
-        default=None,
-        metadata={
-            "help": "Attention method: one of "
-            + ", ".join(list_methods())
-            + ". Default: the method saved in the checkpoint's config, else exact attention."
-        },
-    )
-    attn_config: str | None = field(
-        default=None,
-        metadata={"help": "Method options as a JSON object, e.g. '{\"block_per_row\": 16}' (see hea.method_options)."},
-    )
+    attn_impl: str | None = attn_impl_field(None, " Default: the method saved in the checkpoint's config, else exact attention.")
+    attn_config: str | None = attn_config_field()
     config_name: str | None = field(
         default=None, metadata={"help": "Pretrained config name or path if not the same as model_name_or_path."}
     )
@@ -162,11 +181,6 @@ class ModelArguments:
         elif self.attn_config is not None:
             parse_attn_config(self.attn_config)
 
-    @property
-    def attn_options(self) -> dict[str, Any]:
-        """``--attn_config`` as a dict."""
-        return parse_attn_config(self.attn_config)
-
     def hub_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for every ``from_pretrained`` call."""
         return {
@@ -178,25 +192,15 @@ class ModelArguments:
 
 
 @dataclass
-class MethodArguments:
+class MethodArguments(_MethodChoice):
     """``--attn_impl`` / ``--attn_config`` of a tool that runs one method on a model it chooses itself
     (the demo, the quickstart); a tool subclasses it with its own flags."""
 
-    attn_impl: str = field(
-        default="mra2", metadata={"help": "Attention method: one of " + ", ".join(list_methods()) + "."}
-    )
-    attn_config: str | None = field(
-        default=None,
-        metadata={"help": "Method options as a JSON object, e.g. '{\"block_per_row\": 16}' (see hea.method_options)."},
-    )
+    attn_impl: str = attn_impl_field("mra2")
+    attn_config: str | None = attn_config_field()
 
     def __post_init__(self) -> None:
         resolve_options(self.attn_impl, self.attn_options)  # unknown method/option -> ValueError
-
-    @property
-    def attn_options(self) -> dict[str, Any]:
-        """``--attn_config`` as a dict."""
-        return parse_attn_config(self.attn_config)
 
 
 @dataclass

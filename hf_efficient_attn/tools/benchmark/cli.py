@@ -58,7 +58,7 @@ import torch
 
 from ...registry import list_methods
 from ...tasks.common.args import (
-    check_choice,
+    check_flag_choice,
     check_positive_flags,
     parse_arguments,
     parse_method_configs,
@@ -249,8 +249,8 @@ class BenchmarkArguments:
             raise ValueError("--train applies to --compile (--model always times a training step)")
         if whole_model and self.forward_only:
             raise ValueError("--forward_only applies to the attention benchmark only")
-        check_choice("device", self.device, ["cpu", "cuda"])
-        check_choice("dtype", self.dtype, list(DTYPES))
+        check_flag_choice("device", self.device, ["cpu", "cuda"])
+        check_flag_choice("dtype", self.dtype, list(DTYPES))
         if self.glibc_malloc and not (self.model and self.device == "cpu"):
             raise ValueError("--glibc_malloc applies to --model on CPU only (the attention benchmark always uses "
                              "glibc's defaults)")
