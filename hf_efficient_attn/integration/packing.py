@@ -46,8 +46,8 @@ TRACED_PACKING = (
 )
 
 #: A sequence shares a padded batch with longer ones when this many padded slots, or an eighth of
-#: the batch's length if more, are all it adds: one more call of the method costs about as much as
-#: attending over a few dozen tokens, so smaller batches than that would not pay.
+#: the batch's length if more, are all it adds: every batch is one more call of the method (a fixed
+#: cost, larger on a GPU), so short sequences of a few different lengths (GLUE's) stay together.
 GROUP_PADDING_TOKENS = 64
 
 
