@@ -26,8 +26,10 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "tests"))  # the list lives beside the tests it names
 from mutations import MUTATIONS, Mutation  # noqa: E402
 
-#: What a copy needs to run the tests (no .git, no virtual environment, no outputs).
-COPIED = ("hf_efficient_attn", "model_cards", "tests", "scripts", "configs", "setup.cfg", "pyproject.toml")
+#: What a copy needs to run the tests (no .git, no virtual environment, no outputs; the docs, which
+#: tests read and some mutations change).
+COPIED = ("hf_efficient_attn", "model_cards", "tests", "scripts", "configs", "docs", "README.md", "setup.cfg",
+          "pyproject.toml")
 
 
 def copy_repository(destination: str) -> None:

@@ -40,3 +40,17 @@ def test_the_methods_table_lists_every_method_with_the_cost_its_class_states():
         cls = get_method_class(name)
         assert cost.strip() == cls.cost, name
         assert paper.startswith("same paper") or cls.paper.venue.split(",")[0].split()[0] in paper, (name, paper)
+
+
+def test_the_methods_pages_table_states_each_cost_as_its_class():
+    """docs/methods/README.md's table has a cost column too: each cell starts with the class's ``cost``
+    (what follows names the letters)."""
+    import hf_efficient_attn as hea
+    from hf_efficient_attn.registry import get_method_class
+
+    table = (REPO / "docs" / "methods" / "README.md").read_text()
+    rows = [line.split(" | ") for line in table.splitlines() if line.startswith("| [`")]
+    costs = {re.match(r"\| \[`(\w+)`", row[0]).group(1): row[-1].rstrip(" |") for row in rows}
+    assert sorted(costs) == hea.list_methods()
+    for name, cost in costs.items():
+        assert cost.startswith(get_method_class(name).cost), (name, cost)

@@ -32,10 +32,6 @@ import torch
 
 from ..methods.base import AttentionMethod, is_tracing
 
-#: The keywords DataCollatorWithFlattening adds beside ``position_ids`` (what a model whose forward
-#: takes none of them, Longformer's, has removed before its forward).
-COLLATOR_KEYWORDS = ("cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k", "seq_idx")
-
 #: The keyword a patched model passes its layers: the :class:`Segments` of its input.
 SEGMENTS_KEYWORD = "packed_segments"
 

@@ -48,7 +48,7 @@ from .bridge import (
     self_attention_modules,
 )
 from .longformer import EfficientLongformerSelfAttention
-from .packing import COLLATOR_KEYWORDS, SEGMENTS_KEYWORD, Segments, groups_by_length, packed_segments, shift_packed_positions
+from .packing import SEGMENTS_KEYWORD, Segments, groups_by_length, packed_segments, shift_packed_positions
 from .positions import max_tokens, position_offset
 
 logger = logging.getLogger(__name__)
@@ -83,8 +83,7 @@ class EfficientModelMixin:
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         parameters = inspect.signature(cls.forward).parameters.values()
-        #: The keywords the model's forward names, and whether it passes on others (``**kwargs``).
-        cls._forward_keywords = frozenset(parameter.name for parameter in parameters)
+        #: Whether the model's forward passes on keywords it does not name (``**kwargs``).
         cls._forward_passes_keywords = any(parameter.kind is parameter.VAR_KEYWORD for parameter in parameters)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -124,17 +123,12 @@ class EfficientModelMixin:
 
     def _packed_segments(self, args: tuple, kwargs: dict) -> tuple[dict, Segments | None]:
         """The sequences of packed rows, worked out once for all layers (``packing.py``) and handed to
-        them as a keyword. Longformer's layers take no keywords: the collator's keywords its forward
-        does not name are removed here, and the sequences reach its layers as an attribute
-        (``__call__``). The layers work it out themselves when the forward passes on no keywords it
-        does not name (no ``**kwargs``, e.g. WikiHop's candidate scorer), and inside the graph of a
-        model compiled with ``model.compile()``."""
+        them as a keyword. Longformer's layers see no keywords (its forward drops them): the
+        sequences reach them as an attribute (``__call__``). The layers work it out themselves when
+        the forward passes on no keywords it does not name (no ``**kwargs``, e.g. WikiHop's candidate
+        scorer), and inside the graph of a model compiled with ``model.compile()``."""
         longformer = self.config.model_type == "longformer"
-        packing = {name: kwargs[name] for name in COLLATOR_KEYWORDS if name in kwargs}
-        if longformer:
-            kwargs = {name: value for name, value in kwargs.items()
-                      if name not in COLLATOR_KEYWORDS or name in self._forward_keywords}  # fmt: skip
-        elif self._compiled_call_impl is not None or not self._forward_passes_keywords:
+        if not longformer and (self._compiled_call_impl is not None or not self._forward_passes_keywords):
             return kwargs, None
         tokens = kwargs.get("input_ids", args[0] if args else None)
         tokens = kwargs.get("inputs_embeds") if tokens is None else tokens
@@ -143,7 +137,7 @@ class EfficientModelMixin:
             return kwargs, None  # the layers work it out from the keywords (a custom 4D mask among them)
         batch, seq_len = tokens.shape[:2]
         segments = packed_segments(
-            {**packing, "position_ids": kwargs.get("position_ids")}, None if mask is None else mask.bool(),
+            kwargs, None if mask is None else mask.bool(),
             batch, seq_len, group=groups_by_length(next(iter(method_modules(self)))),
         )
         return (kwargs if longformer else {**kwargs, SEGMENTS_KEYWORD: segments}), segments

@@ -297,6 +297,6 @@ class Mra2Sparse(_MraBase):
 
     name = "mra2_s"
     paper = MRA_PAPER
-    cost = "O(n k b d)"
+    cost = "O((n/b)² d + n k b d)"  # the low-resolution scores still pick the blocks
     budget_option = "block_per_row"
     low_resolution = False

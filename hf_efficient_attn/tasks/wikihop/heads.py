@@ -197,13 +197,10 @@ class CandidateScoringMixin:
             raise ValueError(f"{len(starts)} chunks in cu_seq_lens_q, {len(example_of_chunk)} in example_of_chunk")
         if max_length_q is not None:  # the longest chunk (an int from the collator: no device sync)
             self._check_chunk_length(int(max_length_q))
-        packing = {"cu_seq_lens_q": cu_seq_lens_q, "cu_seq_lens_k": cu_seq_lens_k, "max_length_q": max_length_q,
-                   "max_length_k": max_length_k}  # fmt: skip
-        if self.config.model_type == "longformer":  # takes none: the patched model hands its layers the chunks
-            packing = {}
         hidden = self.base_model(
             input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
-            position_ids=position_ids, **packing,
+            position_ids=position_ids, cu_seq_lens_q=cu_seq_lens_q, cu_seq_lens_k=cu_seq_lens_k,
+            max_length_q=max_length_q, max_length_k=max_length_k,
         )  # fmt: skip
         hidden = hidden.last_hidden_state[0]  # (tokens, hidden)
         return hidden[starts[:, None] + candidate_positions[example_of_chunk]]  # (n, candidates, hidden)
