@@ -1023,7 +1023,7 @@ MUTATIONS: list[Mutation] = [
     Mutation(P + "integration/patching.py", "            _set_class(self, _base_class(self))\n", "            pass\n",
              (T + "test_plain_loading.py::-k drops_the_saved_method",),
              "a variant reloaded with attn_implementation='sdpa' stays an instance of the plugin's class"),
-    Mutation(P + "integration/patching.py", "    _CAN_RECORD_REGISTRY[model] = model._can_record_outputs\n", "",
+    Mutation(P + "integration/patching.py", "    register_output_capture(model)\n", "",
              (T + "test_patching.py::-k softmax_returns",),
              "a class swapped by the plugin returns no attentions or hidden states"),
     Mutation(P + "integration/patching.py", 'if getattr(config, "output_attentions", False) and refusal is not None:',

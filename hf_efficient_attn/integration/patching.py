@@ -26,10 +26,6 @@ from torch import nn
 from transformers import PreTrainedModel
 from transformers.models.longformer.modeling_longformer import LongformerSelfAttention
 
-# Private: the registry that output_hidden_states capture reads per model instance; a class-swapped
-# patched model must be registered or hidden states come back None (no public route in 5.23).
-from transformers.utils.output_capturing import _CAN_RECORD_REGISTRY
-
 from ..methods.base import METHOD_ATTRIBUTE, is_tracing
 from ..registry import (
     build_method,
@@ -50,6 +46,12 @@ from .bridge import (
 from .longformer import EfficientLongformerSelfAttention
 from .packing import COLLATOR_KEYWORDS, SEGMENTS_KEYWORD, Segments, groups_by_length, packed_segments, shift_packed_positions
 from .positions import max_tokens, position_offset
+from .transformers_private import (
+    force_eager_attention,
+    initialized_from_checkpoint,
+    register_output_capture,
+    requested_attn_implementation,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -65,8 +67,7 @@ class EfficientModelMixin:
 
     def __init__(self, config: Any, *args: Any, **kwargs: Any) -> None:
         # What the caller or config.json asked for (Transformers replaces None by its default below).
-        # Private config field: Transformers' requested attention, no public getter in 5.23.
-        requested = config._attn_implementation
+        requested = requested_attn_implementation(config)
         super().__init__(config, *args, **kwargs)
         method = method_named_by(requested)
         if method is None and requested is not None and getattr(config, "attn_impl", None) is not None:
@@ -182,9 +183,7 @@ class EfficientModelMixin:
                 fresh = build_method(method.name, method.options.to_dict(), method.shape)
                 fresh_tensors = dict([*fresh.named_parameters(), *fresh.named_buffers()])
                 for name, tensor in [*method.named_parameters(), *method.named_buffers()]:
-                    # Transformers marks what it read from the checkpoint with this flag (the one its
-                    # own guarded init functions check; no public accessor in 5.23).
-                    if not getattr(tensor, "_is_hf_initialized", False):
+                    if not initialized_from_checkpoint(tensor):
                         tensor.copy_(fresh_tensors[name])
 
     def set_attn_implementation(self, attn_implementation: str | dict, **kwargs: Any) -> None:
@@ -245,19 +244,17 @@ def _base_class(model: nn.Module) -> type:
 def _set_class(model: PreTrainedModel, cls: type) -> None:
     """Swap ``model``'s class, and do for it what ``PreTrainedModel.__init__`` does for the class it
     builds: register its recordable outputs, without which Transformers returns no hidden states or
-    attentions for a class never built in this process. Private registry (no public registration
-    exists); kept in step with the pinned Transformers range (setup.cfg)."""
+    attentions for a class never built in this process."""
     model.__class__ = cls
-    _CAN_RECORD_REGISTRY[model] = model._can_record_outputs
+    register_output_capture(model)
 
 
 def _dispatch(model: PreTrainedModel, attn_implementation: str | dict) -> None:
     """Transformers' own ``set_attn_implementation`` (not the efficient override). Longformer's
     attention class is swapped instead, and its mask creation dispatches on the config's attention
-    implementation, which must stay Transformers' "eager" (Longformer's only one); set through the
-    config's private field, as Longformer cannot switch it (no public route in 5.23)."""
+    implementation, which must stay Transformers' "eager" (Longformer's only one)."""
     if model.config.model_type == "longformer":
-        model.config._attn_implementation = "eager"
+        force_eager_attention(model.config)
     else:
         PreTrainedModel.set_attn_implementation(model, attn_implementation)
 
@@ -291,7 +288,7 @@ def patch_model(
         raise ValueError(f"{refusal}; the config asks for output_attentions=True: set it to False")
     if is_patched(model):
         unpatch_model(model)
-    restore = config._attn_implementation  # no public accessor (see bridge.py)
+    restore = requested_attn_implementation(config)
     restore = None if method_named_by(restore) else restore  # built as a method: unpatching restores the default
 
     modules = self_attention_modules(model)
