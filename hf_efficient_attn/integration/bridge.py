@@ -71,8 +71,8 @@ def _plain_transformers_method(module: nn.Module, name: str) -> AttentionMethod:
     """
     config = module.config
     check_supported(config, name)
-    _, options = resolve_method(config, name)
-    method = build_method(name, options, layer_shape(config, getattr(module, "layer_idx", None) or 0))
+    choice = resolve_method(config, name)
+    method = build_method(choice, layer_shape(config, getattr(module, "layer_idx", None) or 0))
     if any(True for _ in method.parameters()):
         raise ValueError(
             f"attention method {name!r} with options {method.options.to_dict()} has learnable parameters; "
