@@ -942,6 +942,8 @@ MUTATIONS: list[Mutation] = [
     Mutation(P + "registry.py", "return get_method_class(choice.name)(choice.options, shape)",
              "return get_method_class(choice.name)(resolve_options(choice.name, choice.attn_config), shape)",
              (T + "test_auto.py::-k resolved_once",), "every layer resolves the options again"),
+    Mutation(P + "integration/patching.py", "        choice = attn_impl\n", "        choice = resolve_method(config, attn_impl.name)\n",
+             (T + "test_api_keywords.py::-k takes_a_resolved_choice",), "patch_model drops the options of a MethodChoice"),
     Mutation(P + "integration/patching.py", 'choice = resolve_method(config, attn_impl, attn_config)',
              'choice = resolve_method(config, attn_impl, None)', (T + 'test_api_keywords.py::-k patch_model_attn_impl_and_attn_config',),
              'patch_model(attn_config=) ignored'),
