@@ -95,6 +95,33 @@ def resolve_options(
     return options_cls(**overrides)  # validates on construction
 
 
+@dataclasses.dataclass(frozen=True)
+class MethodChoice:
+    """A method and its validated options: what :func:`resolve_method` returns, and what
+    :func:`build_method`, ``patch_model`` and the efficient model classes take, so that a choice is
+    resolved once."""
+
+    name: str
+    options: MethodOptions
+
+    def __post_init__(self) -> None:
+        options_cls = get_method_class(self.name).options_cls
+        if not isinstance(self.options, options_cls):
+            raise TypeError(
+                f"the options of method {self.name!r} must be a {options_cls.__name__}, got {type(self.options).__name__}"
+            )
+
+    @classmethod
+    def of(cls, name: str, attn_config: dict[str, Any] | None = None) -> MethodChoice:
+        """Method ``name`` with its defaults updated by ``attn_config`` (:func:`resolve_options`)."""
+        return cls(name, resolve_options(name, attn_config))
+
+    @property
+    def attn_config(self) -> dict[str, Any]:
+        """The options as the dict that ``config.attn_config`` saves."""
+        return self.options.to_dict()
+
+
 def saved_attn_implementation(name: str) -> str:
     """The ``attn_implementation`` that config.json records for method ``name``."""
     return SAVED_NAME_PREFIX + name
@@ -116,9 +143,10 @@ def method_named_by(attn_implementation: str | dict | None) -> str | None:
 
 def resolve_method(
     config: Any, attn_impl: str | None = None, attn_config: dict[str, Any] | None = None
-) -> tuple[str, dict[str, Any]] | None:
-    """The one rule for which method a model runs, and with which options (used by
-    ``hea.AutoModel*``, :func:`patch_model` and models loaded by plain Transformers):
+) -> MethodChoice | None:
+    """The one rule for which method a model runs, and with which options; called once per model
+    built or patched (by ``hea.AutoModel*``, which hands the choice to the model it builds, by
+    ``patch_model``, and by the model's ``__init__`` when plain Transformers builds it):
 
     - the method is ``attn_impl``, else the one saved in ``config.attn_impl``; None (no method named
       or saved) means Transformers' own attention;
@@ -126,6 +154,18 @@ def resolve_method(
       when the config saves that same method, then by ``attn_config``.
 
     ``ValueError`` for an unknown method or option, and for ``attn_config`` without a method.
+
+    The config carries a choice in three fields, the fewest Transformers allows (objects cannot be
+    stored on it: config.json must stay JSON):
+
+    - ``attn_impl`` and ``attn_config``: the package's saved choice, the method and its full options
+      (what this function reads back);
+    - ``attn_implementation = "hf_efficient_attn:<method>"``: what plain Transformers reads from
+      config.json to dispatch attention (``transformers.AutoModel*`` and pipelines build the method),
+      and what makes a process without the plugin refuse the folder instead of running exact
+      attention (:data:`SAVED_NAME_PREFIX`);
+    - ``config._attn_implementation`` (not saved): Transformers' own runtime field, the name its
+      attention dispatch looks up (``integration/transformers_private.py``).
     """
     saved = getattr(config, "attn_impl", None)
     name = attn_impl or saved
@@ -137,15 +177,14 @@ def resolve_method(
             )
         return None
     base = getattr(config, "attn_config", None) if name == saved else None
-    return name, resolve_options(name, attn_config, base=base).to_dict()
+    return MethodChoice(name, resolve_options(name, attn_config, base=base))
 
 
-def build_method(name: str, attn_config: dict[str, Any] | None, shape: AttentionShape) -> AttentionMethod:
+def build_method(choice: MethodChoice, shape: AttentionShape) -> AttentionMethod:
     """A method module for one attention layer, its parameters drawn reproducibly (:data:`METHOD_INIT_SEED`)."""
-    options = resolve_options(name, attn_config)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(METHOD_INIT_SEED + shape.layer_idx)
-        return get_method_class(name)(options, shape)
+        return get_method_class(choice.name)(choice.options, shape)
 
 
 def efficient_attention(
@@ -179,7 +218,7 @@ def efficient_attention(
         raise ValueError(f"q, k, v must be (batch, heads, seq, head_dim), got q of shape {tuple(q.shape)}")
     real = _real_tokens(attention_mask, (q.shape[0], k.shape[2]))
     shape = AttentionShape(num_heads=q.shape[1], head_dim=q.shape[-1], max_seq_len=q.shape[2])
-    module = build_method(method, options, shape).to(q.device).eval()
+    module = build_method(MethodChoice.of(method, options), shape).to(q.device).eval()
     return module(q, k, v, real, q.shape[-1] ** -0.5)
 
 

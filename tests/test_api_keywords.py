@@ -17,7 +17,7 @@ from hf_efficient_attn.hub.export import prepare_upload
 from hf_efficient_attn.integration import auto
 from hf_efficient_attn.integration.bridge import method_modules
 from hf_efficient_attn.methods.softmax import softmax_reference
-from hf_efficient_attn.registry import get_method_class
+from hf_efficient_attn.registry import MethodChoice, get_method_class
 from hf_efficient_attn.serving import onnx as serving
 
 # ------------------------------------------------------------------- hea.AutoModel.from_pretrained
@@ -94,6 +94,17 @@ def test_patch_model_attn_impl_and_attn_config():
     model = hea.patch_model(T.AutoModel.from_config(tiny_config("bert")), "yoso", {"num_hash": 4})
     assert {m.name for m in method_modules(model)} == {"yoso"}
     assert [m.options.num_hash for m in method_modules(model)] == [4, 4] and model.config.attn_config["num_hash"] == 4
+
+
+def test_patch_model_takes_a_resolved_choice():
+    """A MethodChoice is used as it is (the options saved in the config do not update it); with
+    attn_config beside it, ValueError."""
+    saved = hea.patch_model(T.AutoModel.from_config(tiny_config("bert")), "yoso", {"num_hash": 4, "hash_code_len": 6})
+    model = hea.patch_model(saved, MethodChoice.of("yoso", {"num_hash": 2}))
+    assert [(m.options.num_hash, m.options.hash_code_len) for m in method_modules(model)] == [(2, 9)] * 2
+    assert model.config.attn_config == MethodChoice.of("yoso", {"num_hash": 2}).attn_config
+    with pytest.raises(ValueError, match="not with a resolved MethodChoice"):
+        hea.patch_model(model, MethodChoice.of("yoso"), {"num_hash": 4})
 
 
 def test_unpatch_restore_chooses_the_attention_that_runs():

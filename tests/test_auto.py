@@ -10,6 +10,7 @@ from tiny import REAL, batch, hidden, option_defaults, tiny_config
 from transformers.utils import logging
 
 import hf_efficient_attn as hea
+from hf_efficient_attn.integration.bridge import method_modules
 
 
 @pytest.fixture(scope="module")
@@ -74,6 +75,32 @@ def test_attn_implementation_and_attn_impl(plain_bert, tmp_path):
         hea.AutoModel.from_config(tiny_config("bert"), attn_impl="mra2", attn_implementation="sdpa")
     plain = hea.AutoModel.from_pretrained(plain_bert, attn_implementation="eager")  # no method: Transformers'
     assert plain.config._attn_implementation == "eager" and not hasattr(plain.config, "attn_impl")
+
+
+def test_the_choice_is_resolved_once_per_model(plain_bert, tmp_path, monkeypatch):
+    """One resolution per model built or patched (registry.resolve_method): the auto classes hand the
+    resolved choice to the model they build, and its layers are built from it; a model that plain
+    Transformers builds resolves the saved choice once too. Each layer uses the options asked for."""
+    import hf_efficient_attn.registry as registry
+
+    calls, resolve = [], registry.resolve_options
+    monkeypatch.setattr(registry, "resolve_options", lambda *args, **kwargs: calls.append(args) or resolve(*args, **kwargs))
+
+    def resolutions(build):
+        calls.clear()
+        model = build()
+        assert len(calls) == 1, calls
+        assert [m.options.num_hash for m in method_modules(model)] == [4] * 3
+        return model
+
+    config = tiny_config("bert", num_hidden_layers=3)
+    resolutions(lambda: hea.AutoModelForSequenceClassification.from_config(config, attn_impl="yoso", attn_config={"num_hash": 4}))
+    T.AutoModel.from_config(config).save_pretrained(tmp_path / "plain")
+    saved = resolutions(lambda: hea.AutoModel.from_pretrained(tmp_path / "plain", attn_impl="yoso", attn_config={"num_hash": 4}))
+    saved.save_pretrained(tmp_path / "yoso")
+    resolutions(lambda: hea.AutoModelForMaskedLM.from_pretrained(tmp_path / "yoso"))
+    resolutions(lambda: T.AutoModel.from_pretrained(tmp_path / "yoso"))
+    resolutions(lambda: hea.patch_model(T.AutoModel.from_config(config), "yoso", {"num_hash": 4}))
 
 
 def test_new_method_parameters_are_reported_by_the_load_report(plain_bert, caplog):

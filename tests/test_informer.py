@@ -9,7 +9,7 @@ import torch
 from hf_efficient_attn.methods import informer
 from hf_efficient_attn.methods.base import AttentionShape, random_bits
 from hf_efficient_attn.methods.softmax import softmax_reference
-from hf_efficient_attn.registry import build_method
+from hf_efficient_attn.registry import MethodChoice, build_method
 
 #: Every test here also runs on CUDA: pytest --device cuda (tests/conftest.py).
 pytestmark = pytest.mark.device
@@ -18,7 +18,7 @@ HEADS, DIM = 2, 16
 
 
 def make(**options):
-    return build_method("informer", options, AttentionShape(HEADS, DIM, 256)).eval()
+    return build_method(MethodChoice.of("informer", options), AttentionShape(HEADS, DIM, 256)).eval()
 
 
 def qkv(batch=2, seq=40, dtype=torch.float64):

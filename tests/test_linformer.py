@@ -8,13 +8,13 @@ from torch import nn
 import hf_efficient_attn as hea
 from hf_efficient_attn.methods.base import AttentionShape
 from hf_efficient_attn.methods.softmax import softmax_reference
-from hf_efficient_attn.registry import build_method
+from hf_efficient_attn.registry import MethodChoice, build_method
 
 HEADS, DIM, MAX_LEN = 2, 8, 32
 
 
 def make(layer_idx=0, max_len=MAX_LEN, **options):
-    return build_method("linformer", options, AttentionShape(HEADS, DIM, max_len, layer_idx)).eval()
+    return build_method(MethodChoice.of("linformer", options), AttentionShape(HEADS, DIM, max_len, layer_idx)).eval()
 
 
 def qkv(batch=2, seq=MAX_LEN, dtype=torch.float64):

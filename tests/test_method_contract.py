@@ -7,7 +7,7 @@ import torch
 
 import hf_efficient_attn as hea
 from hf_efficient_attn.methods.base import AttentionShape
-from hf_efficient_attn.registry import build_method, get_method_class
+from hf_efficient_attn.registry import MethodChoice, build_method, get_method_class
 
 #: Every test here also runs on CUDA: pytest --device cuda (tests/conftest.py).
 pytestmark = pytest.mark.device
@@ -17,7 +17,7 @@ BATCH, HEADS, SEQ, DIM, REAL = 2, 2, 70, 16, 45  # SEQ deliberately not a power 
 
 
 def make_method(name, seq=SEQ, **options):
-    module = build_method(name, options, AttentionShape(HEADS, DIM, max_seq_len=128))
+    module = build_method(MethodChoice.of(name, options), AttentionShape(HEADS, DIM, max_seq_len=128))
     return module.eval()
 
 
@@ -88,7 +88,7 @@ def test_half_precision_matches_fp32(name, dtype):
     end, bit for bit, for methods that compute in fp32; within half a unit of rounding on average
     for those that run SDPA in the input dtype."""
     seq, real = 300, 200
-    method = build_method(name, {"k": 16} if name == "linformer" else {}, AttentionShape(HEADS, 32, 512))
+    method = build_method(MethodChoice.of(name, {"k": 16} if name == "linformer" else {}), AttentionShape(HEADS, 32, 512))
     method = method.eval().to(dtype)  # parameters and buffers in dtype, as in a half-precision model
     q, k, v = (torch.randn(BATCH, HEADS, seq, 32).mul(0.5).to(dtype) for _ in range(3))
     mask = torch.ones(BATCH, seq, dtype=torch.bool)
@@ -111,7 +111,7 @@ def test_scaling_argument_is_used(name):
     options = {"mra2": {"block_per_row": 2}, "mra2_s": {"block_per_row": 2}, "nystromformer": {"num_landmarks": seq},
                "skeinformer": {"num_samples": 4 * seq}, "informer": {"factor": 100}, "performer": {"num_features": 4096},
                "linformer": {"k": seq}}.get(name, {})
-    method = build_method(name, options, AttentionShape(HEADS, DIM, seq)).eval().double()
+    method = build_method(MethodChoice.of(name, options), AttentionShape(HEADS, DIM, seq)).eval().double()
     if name == "linformer":  # identity projections with k = n: exact softmax
         with torch.no_grad():
             method.e_proj.copy_(torch.eye(seq))
@@ -150,7 +150,7 @@ def test_gradcheck_in_eval_mode(name, device):
     and Informer select blocks / queries by score, which small steps can flip (they have their
     own gradient tests); YOSO's backward is the paper's lower bound (eq. 3), by design."""
     options = GRADCHECK_OPTIONS.get(name, {})
-    method = build_method(name, options, AttentionShape(1, 4, 16)).eval().double()
+    method = build_method(MethodChoice.of(name, options), AttentionShape(1, 4, 16)).eval().double()
     q, k, v = (torch.randn(1, 1, 12, 4, dtype=torch.float64, requires_grad=True) for _ in range(3))
     mask = torch.ones(1, 12, dtype=torch.bool)
     mask[0, 9:] = False
@@ -198,7 +198,7 @@ def test_options_validate_on_construction(name):
 @pytest.mark.parametrize("attn_config", [["block_per_row", 2], "block_per_row=2", 3])
 def test_attn_config_must_be_a_dict(attn_config):
     with pytest.raises(ValueError, match="attn_config must be a dict"):
-        build_method("mra2", attn_config, AttentionShape(HEADS, DIM, 128))
+        build_method(MethodChoice.of("mra2", attn_config), AttentionShape(HEADS, DIM, 128))
 
 
 @pytest.mark.parametrize("name", [n for n in METHODS if "seed" in hea.method_options(n)])

@@ -9,14 +9,14 @@ import transformers as T
 import hf_efficient_attn as hea
 from hf_efficient_attn.methods import informer, nystromformer
 from hf_efficient_attn.methods.base import AttentionShape, uniform_real_positions
-from hf_efficient_attn.registry import build_method, get_method_class
+from hf_efficient_attn.registry import MethodChoice, build_method, get_method_class
 
 SAMPLING = [name for name in hea.list_methods() if get_method_class(name).samples]
 HEADS, DIM = 2, 16
 
 
 def make(name, max_seq_len=128, **options):
-    return build_method(name, options, AttentionShape(HEADS, DIM, max_seq_len, layer_idx=1)).eval()
+    return build_method(MethodChoice.of(name, options), AttentionShape(HEADS, DIM, max_seq_len, layer_idx=1)).eval()
 
 
 def qkv_mask(seq=90, real=61):

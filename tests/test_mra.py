@@ -12,7 +12,7 @@ import torch
 from hf_efficient_attn.methods import block_pairs, block_sparse, mra
 from hf_efficient_attn.methods.base import AttentionShape
 from hf_efficient_attn.methods.softmax import softmax_reference
-from hf_efficient_attn.registry import build_method
+from hf_efficient_attn.registry import MethodChoice, build_method
 
 #: Every test here also runs on CUDA: pytest --device cuda (tests/conftest.py).
 pytestmark = pytest.mark.device
@@ -25,7 +25,7 @@ BS = 32  # default block size
 
 def make(name, heads=2, dim=8, **options):
     options.setdefault("backend", "gather")
-    return build_method(name, options, AttentionShape(heads, dim, max_seq_len=4096)).eval()
+    return build_method(MethodChoice.of(name, options), AttentionShape(heads, dim, max_seq_len=4096)).eval()
 
 
 def qkv(batch=2, heads=2, seq=75, dim=8, dtype=torch.float64, scale=1.0):

@@ -10,7 +10,7 @@ from torch._dynamo.testing import CompileCounterWithBackend  # PyTorch's own com
 
 import hf_efficient_attn as hea
 from hf_efficient_attn.methods.base import AttentionShape
-from hf_efficient_attn.registry import build_method
+from hf_efficient_attn.registry import MethodChoice, build_method
 
 METHODS = ["mra2", "mra2_s"]
 SEQ = 128  # 4 blocks of 32, 2 exact per row: an approximation, not exact attention
@@ -86,7 +86,8 @@ def test_new_lengths_share_one_recompilation(name, backend):
     """Dynamic shapes, on the method alone (the model around it adds no length guard of its own):
     the first length compiles, the second recompiles with a symbolic length, which every later
     length reuses (no guard on the length's remainder or block count, also in the backward)."""
-    method = build_method(name, {"block_per_row": 2, "backend": backend}, AttentionShape(2, 16, max_seq_len=4096))
+    choice = MethodChoice.of(name, {"block_per_row": 2, "backend": backend})
+    method = build_method(choice, AttentionShape(2, 16, max_seq_len=4096))
     counter = CompileCounterWithBackend("aot_eager")
     compiled = torch.compile(method, backend=counter, fullgraph=True)
     torch._dynamo.reset()

@@ -13,7 +13,7 @@ from torch.export import Dim
 import hf_efficient_attn as hea
 from hf_efficient_attn.methods import block_pairs, block_sparse, mra
 from hf_efficient_attn.methods.base import AttentionShape
-from hf_efficient_attn.registry import build_method
+from hf_efficient_attn.registry import MethodChoice, build_method
 
 METHODS = ["mra2", "mra2_s"]
 DYNAMIC = {0: Dim.DYNAMIC, 1: Dim.DYNAMIC}
@@ -44,7 +44,7 @@ def test_method_takes_the_same_values_when_exporting(name, inputs, monkeypatch):
     """The whole method on the export path (static block-sparse formulation, extra padded block)
     against eager, with padding and priors; "tied": blocks with equal means tie every score, so
     the selection's tie-break decides."""
-    method = build_method(name, {"block_per_row": 2, "initial_prior_diagonal_n_blocks": 1},
+    method = build_method(MethodChoice.of(name, {"block_per_row": 2, "initial_prior_diagonal_n_blocks": 1}),
                           AttentionShape(2, 8, max_seq_len=4096)).eval()
     if inputs == "random":
         q, k, v = (torch.randn(3, 2, 150, 8, dtype=torch.float64) for _ in range(3))
@@ -72,7 +72,7 @@ class MethodModule(torch.nn.Module):
 
     def __init__(self, name):
         super().__init__()
-        self.method = build_method(name, {"block_per_row": 2}, AttentionShape(2, 8, max_seq_len=4096))
+        self.method = build_method(MethodChoice.of(name, {"block_per_row": 2}), AttentionShape(2, 8, max_seq_len=4096))
 
     def forward(self, q, k, v, mask):
         return self.method(q, k, v, mask)

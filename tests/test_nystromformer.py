@@ -7,7 +7,7 @@ import torch
 from hf_efficient_attn.methods.base import AttentionShape
 from hf_efficient_attn.methods.nystromformer import iterative_pinv
 from hf_efficient_attn.methods.softmax import softmax_reference
-from hf_efficient_attn.registry import build_method
+from hf_efficient_attn.registry import MethodChoice, build_method
 
 #: Every test here also runs on CUDA: pytest --device cuda (tests/conftest.py).
 pytestmark = pytest.mark.device
@@ -16,7 +16,7 @@ HEADS, DIM = 2, 8
 
 
 def make(**options):
-    return build_method("nystromformer", options, AttentionShape(HEADS, DIM, 128)).eval()
+    return build_method(MethodChoice.of("nystromformer", options), AttentionShape(HEADS, DIM, 128)).eval()
 
 
 def qkv(batch=2, seq=40, scale=1.0, dtype=torch.float64):

@@ -8,7 +8,7 @@ import torch
 from hf_efficient_attn.methods.base import AttentionShape
 from hf_efficient_attn.methods.performer import orthogonal_gaussian_features
 from hf_efficient_attn.methods.softmax import softmax_reference
-from hf_efficient_attn.registry import build_method
+from hf_efficient_attn.registry import MethodChoice, build_method
 
 #: Every test here also runs on CUDA: pytest --device cuda (tests/conftest.py).
 pytestmark = pytest.mark.device
@@ -17,7 +17,7 @@ HEADS, DIM, SEQ = 2, 16, 48
 
 
 def make(layer_idx=0, **options):
-    return build_method("performer", options, AttentionShape(HEADS, DIM, 128, layer_idx)).eval()
+    return build_method(MethodChoice.of("performer", options), AttentionShape(HEADS, DIM, 128, layer_idx)).eval()
 
 
 def qkv(scale=1.0, batch=2, seq=SEQ, dtype=torch.float32):

@@ -138,8 +138,8 @@ def test_cli_writes_table_csv_and_plot(tmp_path, checkpoint, monkeypatch):
     """The command line: --methods picks the methods, --attn_config their options (the budget option
     swept over them), and the report, table, plot and meta data are written."""
     built, build = [], errors_module.build_method
-    monkeypatch.setattr(errors_module, "build_method", lambda name, options, shape: built.append(
-        (name, dict(options))) or build(name, options, shape))
+    monkeypatch.setattr(errors_module, "build_method", lambda choice, shape: built.append(
+        (choice.name, choice.attn_config)) or build(choice, shape))
     quality.main(["--seq_lens", "32", "--methods", "softmax,performer,vmean", "--attn_config",
                   '{"performer": {"seed": 3}}', "--num_texts", "1", "--repeats", "0", "--threads", "1",
                   "--output_dir", str(tmp_path)])

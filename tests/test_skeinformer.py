@@ -10,7 +10,7 @@ import torch
 from hf_efficient_attn.methods import skeinformer as skein
 from hf_efficient_attn.methods.base import AttentionShape, random_bits
 from hf_efficient_attn.methods.softmax import softmax_reference
-from hf_efficient_attn.registry import build_method
+from hf_efficient_attn.registry import MethodChoice, build_method
 
 #: Every test here also runs on CUDA: pytest --device cuda (tests/conftest.py).
 pytestmark = pytest.mark.device
@@ -23,7 +23,7 @@ ABLATIONS = [
 
 
 def make(name, **options):
-    return build_method(name, options, AttentionShape(HEADS, DIM, 256)).eval()
+    return build_method(MethodChoice.of(name, options), AttentionShape(HEADS, DIM, 256)).eval()
 
 
 def qkv(batch=2, seq=40, scale=1.0, dtype=torch.float64):

@@ -6,7 +6,7 @@ import torch
 
 from hf_efficient_attn.methods.base import AttentionShape, random_bits
 from hf_efficient_attn.methods.skyformer import kernelized_attention, sample_landmarks, skyformer_attention
-from hf_efficient_attn.registry import build_method
+from hf_efficient_attn.registry import MethodChoice, build_method
 
 #: Every test here also runs on CUDA: pytest --device cuda (tests/conftest.py).
 pytestmark = pytest.mark.device
@@ -16,7 +16,7 @@ P_QUARTER = DIM**-0.25  # the data scale p^(-1/4) of eq. (3)
 
 
 def make(name, layer_idx=0, **options):
-    return build_method(name, options, AttentionShape(HEADS, DIM, 128, layer_idx)).eval()
+    return build_method(MethodChoice.of(name, options), AttentionShape(HEADS, DIM, 128, layer_idx)).eval()
 
 
 def qkv(batch=2, seq=32, scale=0.5, dtype=torch.float64):

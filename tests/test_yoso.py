@@ -10,7 +10,7 @@ from tiny import option_defaults
 
 from hf_efficient_attn.methods import yoso as Y
 from hf_efficient_attn.methods.base import AttentionShape
-from hf_efficient_attn.registry import build_method
+from hf_efficient_attn.registry import MethodChoice, build_method
 
 #: Every test here also runs on CUDA: pytest --device cuda (tests/conftest.py).
 pytestmark = pytest.mark.device
@@ -19,7 +19,7 @@ HEADS, DIM = 2, 8
 
 
 def make(name, layer_idx=0, **options):
-    return build_method(name, options, AttentionShape(HEADS, DIM, 128, layer_idx)).eval()
+    return build_method(MethodChoice.of(name, options), AttentionShape(HEADS, DIM, 128, layer_idx)).eval()
 
 
 def unit(x):
@@ -174,7 +174,8 @@ def test_hash_bits_are_the_signs_of_the_exact_projections():
     want = Y._bits_to_codes((exact.flatten(-2)[..., : num_hash * tau] > 0).unflatten(-1, (num_hash, tau)))
     assert torch.equal(Y.hadamard_codes(x, signs, num_hash, tau), want)
     # The module: its eval output is the LSH estimate with exactly these codes.
-    module = build_method("yoso", {"hash_code_len": tau, "num_hash": num_hash}, AttentionShape(HEADS, dim, 128, 0)).eval()
+    choice = MethodChoice.of("yoso", {"hash_code_len": tau, "num_hash": num_hash})
+    module = build_method(choice, AttentionShape(HEADS, dim, 128, 0)).eval()
     q, exact_q = vectors_on_hash_boundaries(module.projections, 2, 24, generator)
     k, exact_k = vectors_on_hash_boundaries(module.projections, 2, 24, generator)
     v = torch.randn(2, HEADS, 24, dim, generator=generator, device="cpu").to(q.device)

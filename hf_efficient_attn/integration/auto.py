@@ -28,7 +28,7 @@ from typing import Any
 import transformers
 from transformers import AutoConfig, PretrainedConfig, PreTrainedModel
 
-from ..registry import method_named_by, resolve_method
+from ..registry import MethodChoice, method_named_by, resolve_method
 from .bridge import SELF_ATTENTION_CLASSES, check_supported
 from .patching import efficient_class
 
@@ -56,8 +56,8 @@ def chosen_method(
     attn_impl: str | None,
     attn_config: dict[str, Any] | None,
     attn_implementation: str | None = None,
-) -> tuple[str | None, dict[str, Any] | None]:
-    """(method, options) to load ``config`` with, or (None, None) for plain Transformers (module
+) -> MethodChoice | None:
+    """The method and options to load ``config`` with, or None for plain Transformers (module
     docstring; the rule itself is :func:`registry.resolve_method`)."""
     saved = getattr(config, "attn_impl", None)
     named = method_named_by(attn_implementation)
@@ -75,9 +75,8 @@ def chosen_method(
             "plain attention use transformers.AutoModel*.from_pretrained, or hf_efficient_attn.unpatch_model"
         )
     choice = resolve_method(config, attn_impl, attn_config)
-    if choice is None:
-        return None, None
-    check_supported(config, choice[0])
+    if choice is not None:
+        check_supported(config, choice.name)
     return choice
 
 
@@ -111,10 +110,11 @@ class _EfficientAutoModel:
             config, kwargs = AutoConfig.from_pretrained(
                 config or path, return_unused_kwargs=True, **hub_kwargs, **kwargs
             )
-        name, options = chosen_method(config, attn_impl, attn_config, attn_implementation)
-        if name is not None:
-            config.attn_impl, config.attn_config = name, options
-            attn_implementation = name
+        choice = chosen_method(config, attn_impl, attn_config, attn_implementation)
+        if choice is not None:  # the model patches itself with it while it is built (patching.py)
+            config.attn_impl, config.attn_config = choice.name, choice.attn_config
+            model_kwargs["method_choice"] = choice
+            attn_implementation = choice.name
         if attn_implementation is not None:
             model_kwargs["attn_implementation"] = attn_implementation
         return cls._auto_class.from_pretrained(path, *model_args, config=config, **hub_kwargs, **model_kwargs, **kwargs)
@@ -129,11 +129,12 @@ class _EfficientAutoModel:
     ) -> PreTrainedModel:
         """A freshly initialised model with ``attn_impl`` (or the config's saved method)."""
         attn_implementation = kwargs.pop("attn_implementation", None)
-        name, options = chosen_method(config, attn_impl, attn_config, attn_implementation)
-        if name is not None:
+        choice = chosen_method(config, attn_impl, attn_config, attn_implementation)
+        if choice is not None:  # the model patches itself with it while it is built (patching.py)
             config = copy.deepcopy(config)  # as Transformers' from_config, the caller's config is left as it was
-            config.attn_impl, config.attn_config = name, options
-            attn_implementation = name
+            config.attn_impl, config.attn_config = choice.name, choice.attn_config
+            kwargs["method_choice"] = choice
+            attn_implementation = choice.name
         if attn_implementation is not None:
             kwargs["attn_implementation"] = attn_implementation
         return cls._auto_class.from_config(config, **kwargs)

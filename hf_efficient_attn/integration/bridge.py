@@ -1,7 +1,7 @@
 """The bridge to Transformers: the registered attention and mask functions.
 
-BERT-style models dispatch self-attention through ``ALL_ATTENTION_FUNCTIONS`` by
-``config._attn_implementation``; every method name is registered there together with a
+BERT-style models dispatch self-attention through ``ALL_ATTENTION_FUNCTIONS`` by the config's
+attention implementation (``transformers_private.py``); every method name is registered there together with a
 mask function, so the layer's method module (``self_attention.efficient_attn``, attached by
 ``patch_model``) receives a key-padding mask. Longformer has its own attention class and gets
 a subclass instead (see ``longformer.py``).
@@ -20,6 +20,7 @@ from ..methods.base import METHOD_ATTRIBUTE, AttentionMethod, AttentionShape, is
 from ..registry import build_method, method_named_by, on_register, resolve_method, saved_attn_implementation
 from .longformer import EfficientLongformerSelfAttention
 from .packing import SEGMENTS_KEYWORD, attend_packed, groups_by_length, packed_segments
+from .transformers_private import requested_attn_implementation
 
 #: Attribute a patched model sets on its method modules for a call with ``output_attentions=True``;
 #: then methods that form attention probabilities (those with a ``probabilities`` method) return them.
@@ -70,8 +71,8 @@ def _plain_transformers_method(module: nn.Module, name: str) -> AttentionMethod:
     """
     config = module.config
     check_supported(config, name)
-    _, options = resolve_method(config, name)
-    method = build_method(name, options, layer_shape(config, getattr(module, "layer_idx", None) or 0))
+    choice = resolve_method(config, name)
+    method = build_method(choice, layer_shape(config, getattr(module, "layer_idx", None) or 0))
     if any(True for _ in method.parameters()):
         raise ValueError(
             f"attention method {name!r} with options {method.options.to_dict()} has learnable parameters; "
@@ -122,9 +123,7 @@ def efficient_attention_forward(
     Attention-probability dropout is not applied: the approximations never form the
     probability matrix (the same choice as the official MRA/YOSO/Nystromformer code).
     """
-    # ``_attn_implementation`` is how Transformers tells an attention function which name it was
-    # dispatched under (its AttentionInterface docs use it); there is no public accessor.
-    name = method_named_by(module.config._attn_implementation)
+    name = method_named_by(requested_attn_implementation(module.config))  # the name dispatched under
     method = getattr(module, METHOD_ATTRIBUTE, None)
     if method is None or method.name != name:
         method = _plain_transformers_method(module, name)

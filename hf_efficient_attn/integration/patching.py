@@ -26,12 +26,9 @@ from torch import nn
 from transformers import PreTrainedModel
 from transformers.models.longformer.modeling_longformer import LongformerSelfAttention
 
-# Private: the registry that output_hidden_states capture reads per model instance; a class-swapped
-# patched model must be registered or hidden states come back None (no public route in 5.23).
-from transformers.utils.output_capturing import _CAN_RECORD_REGISTRY
-
 from ..methods.base import METHOD_ATTRIBUTE, is_tracing
 from ..registry import (
+    MethodChoice,
     build_method,
     get_method_class,
     list_methods,
@@ -50,6 +47,12 @@ from .bridge import (
 from .longformer import EfficientLongformerSelfAttention
 from .packing import SEGMENTS_KEYWORD, Segments, groups_by_length, packed_segments, shift_packed_positions
 from .positions import max_tokens, position_offset
+from .transformers_private import (
+    force_eager_attention,
+    initialized_from_checkpoint,
+    register_output_capture,
+    requested_attn_implementation,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -63,11 +66,16 @@ _SEQUENCE_HOOK_ATTRIBUTE = "_hea_sequence_hook"
 class EfficientModelMixin:
     """What the efficient subclasses add to a Transformers model class (see module docstring)."""
 
-    def __init__(self, config: Any, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, config: Any, *args: Any, method_choice: MethodChoice | None = None, **kwargs: Any) -> None:
+        """``method_choice``: the choice ``hea.AutoModel*`` resolved (so it is not resolved again);
+        without it (plain Transformers) the method named by ``attn_implementation`` or saved in the
+        config is resolved here."""
         # What the caller or config.json asked for (Transformers replaces None by its default below).
-        # Private config field: Transformers' requested attention, no public getter in 5.23.
-        requested = config._attn_implementation
+        requested = requested_attn_implementation(config)
         super().__init__(config, *args, **kwargs)
+        if method_choice is not None:
+            patch_model(self, method_choice)
+            return
         method = method_named_by(requested)
         if method is None and requested is not None and getattr(config, "attn_impl", None) is not None:
             logger.warning(
@@ -173,12 +181,10 @@ class EfficientModelMixin:
         super().initialize_weights()
         with torch.no_grad():
             for method in method_modules(self):
-                fresh = build_method(method.name, method.options.to_dict(), method.shape)
+                fresh = build_method(MethodChoice(method.name, method.options), method.shape)
                 fresh_tensors = dict([*fresh.named_parameters(), *fresh.named_buffers()])
                 for name, tensor in [*method.named_parameters(), *method.named_buffers()]:
-                    # Transformers marks what it read from the checkpoint with this flag (the one its
-                    # own guarded init functions check; no public accessor in 5.23).
-                    if not getattr(tensor, "_is_hf_initialized", False):
+                    if not initialized_from_checkpoint(tensor):
                         tensor.copy_(fresh_tensors[name])
 
     def set_attn_implementation(self, attn_implementation: str | dict, **kwargs: Any) -> None:
@@ -239,19 +245,17 @@ def _base_class(model: nn.Module) -> type:
 def _set_class(model: PreTrainedModel, cls: type) -> None:
     """Swap ``model``'s class, and do for it what ``PreTrainedModel.__init__`` does for the class it
     builds: register its recordable outputs, without which Transformers returns no hidden states or
-    attentions for a class never built in this process. Private registry (no public registration
-    exists); kept in step with the pinned Transformers range (setup.cfg)."""
+    attentions for a class never built in this process."""
     model.__class__ = cls
-    _CAN_RECORD_REGISTRY[model] = model._can_record_outputs
+    register_output_capture(model)
 
 
 def _dispatch(model: PreTrainedModel, attn_implementation: str | dict) -> None:
     """Transformers' own ``set_attn_implementation`` (not the efficient override). Longformer's
     attention class is swapped instead, and its mask creation dispatches on the config's attention
-    implementation, which must stay Transformers' "eager" (Longformer's only one); set through the
-    config's private field, as Longformer cannot switch it (no public route in 5.23)."""
+    implementation, which must stay Transformers' "eager" (Longformer's only one)."""
     if model.config.model_type == "longformer":
-        model.config._attn_implementation = "eager"
+        force_eager_attention(model.config)
     else:
         PreTrainedModel.set_attn_implementation(model, attn_implementation)
 
@@ -262,15 +266,17 @@ def is_patched(model: nn.Module) -> bool:
 
 
 def patch_model(
-    model: PreTrainedModel, attn_impl: str | None = None, attn_config: dict[str, Any] | None = None
+    model: PreTrainedModel, attn_impl: str | MethodChoice | None = None, attn_config: dict[str, Any] | None = None
 ) -> PreTrainedModel:
     """Replace the self-attention of ``model`` by method ``attn_impl``, in place; returns ``model``.
 
     Each layer gets its own method module (``<self-attention>.efficient_attn``), and the choice is
-    recorded in ``config.attn_impl`` / ``config.attn_config``, so ``save_pretrained`` writes it.
+    recorded in the config (``config.attn_impl`` / ``config.attn_config``, so ``save_pretrained``
+    writes it, and ``config.attn_implementation``: why each, :func:`registry.resolve_method`).
     Without ``attn_impl`` the method named by ``config.attn_impl`` is used (``attn_config`` then
-    updates its saved options); with neither, ``ValueError``. Patching a patched model replaces
-    its method (the old method's parameters are dropped). Undo with :func:`unpatch_model`.
+    updates its saved options); with neither, ``ValueError``. ``attn_impl`` may be a resolved
+    :class:`registry.MethodChoice` (then without ``attn_config``), used as it is. Patching a patched
+    model replaces its method (the old method's parameters are dropped). Undo with :func:`unpatch_model`.
     """
     config = model.config
     if attn_impl is None and getattr(config, "attn_impl", None) is None:
@@ -278,21 +284,27 @@ def patch_model(
             "patch_model needs attn_impl (the model's config names no method); "
             f"known methods: {', '.join(list_methods())}"
         )
-    attn_impl, options = resolve_method(config, attn_impl, attn_config)
+    if isinstance(attn_impl, MethodChoice):
+        if attn_config is not None:
+            raise ValueError("patch_model takes attn_config with a method name, not with a resolved MethodChoice")
+        choice = attn_impl
+    else:
+        choice = resolve_method(config, attn_impl, attn_config)
+    attn_impl = choice.name
     check_supported(config, attn_impl)
     refusal = attentions_refusal(config.model_type, attn_impl)
     if getattr(config, "output_attentions", False) and refusal is not None:
         raise ValueError(f"{refusal}; the config asks for output_attentions=True: set it to False")
     if is_patched(model):
         unpatch_model(model)
-    restore = config._attn_implementation  # no public accessor (see bridge.py)
+    restore = requested_attn_implementation(config)
     restore = None if method_named_by(restore) else restore  # built as a method: unpatching restores the default
 
     modules = self_attention_modules(model)
     for layer_idx, module in enumerate(modules):
         if isinstance(module, LongformerSelfAttention):
             module.__class__ = EfficientLongformerSelfAttention  # same parameters, same state-dict keys
-        method = build_method(attn_impl, options, layer_shape(config, layer_idx))
+        method = build_method(choice, layer_shape(config, layer_idx))
         param = next(module.parameters())
         method.to(device=param.device, dtype=param.dtype).train(module.training)
         setattr(module, METHOD_ATTRIBUTE, method)
@@ -306,7 +318,7 @@ def patch_model(
         encoder = model.base_model if config.model_type == "longformer" else model.base_model.encoder
         hook = encoder.register_forward_hook(one_row_per_sequence, with_kwargs=True)
         setattr(model, _SEQUENCE_HOOK_ATTRIBUTE, hook)
-    config.attn_impl, config.attn_config = attn_impl, options
+    config.attn_impl, config.attn_config = attn_impl, choice.attn_config
     # Saved to config.json, where plain Transformers reads it as the attention to run (registry.py).
     config.attn_implementation = saved_attn_implementation(attn_impl)
     _dispatch(model, attn_impl)

@@ -1,26 +1,9 @@
 """ProbSparse self-attention of Informer (Zhou et al., AAAI 2021), the baseline of the
-Skeinformer paper (Chen, Zeng et al., NAACL 2022, section 3.3.1; Table 1 "Informer · w/ padding
-mask", made padding-aware as section 4.4 says).
+Skeinformer paper (Chen, Zeng et al., NAACL 2022, section 3.3.1), padding-aware.
 
-For every query the sparsity measurement (Informer eq. 4, Skeinformer paper section 3.3.1)
-
-    M(q_i, K) = max_j (q_i k_j s) - mean_j (q_i k_j s)
-
-is estimated on U = c ceil(ln m) keys drawn for that query uniformly with replacement among the m
-real keys; the u = c ceil(ln m) real queries with the largest M get exact softmax attention over the
-real keys, every other query outputs the mean of the real value rows (the "lazy" queries of
-Informer's encoder).
-
-Choices where the paper is vague:
-- Counts as Informer's official code (factor * ceil(ln L)), with L the number of real tokens m of
-  each sequence, at least 1 and at most m. When u >= m every real query is exact, which is the
-  exactness limit of the method (e.g. a large ``factor``).
-- The mean in M is over the U sampled keys (the estimate of Informer eq. 4); the official code
-  divides the sampled sum by L_K instead. The key draws are shared by the heads and the batch (as
-  the official ``torch.randint(L_K, (L_Q, sample_k))``), mapped to each sequence's real tokens; in
-  eval mode they are fixed, one row per query position (a seeded buffer over the model's
-  max_seq_len positions), so appending padding changes no real output. Training draws fresh ones.
-- The selection (M and top-u) carries no gradient; the exact rows and the mean of V do.
+The ``c ceil(ln m)`` real queries with the largest sampled sparsity measurement get exact softmax
+attention, every other query the mean of the real values. What it computes and the choices made
+where the paper is vague (counts, sampling, gradients): docs/methods/informer.md.
 """
 
 from __future__ import annotations

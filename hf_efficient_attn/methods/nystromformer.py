@@ -1,26 +1,9 @@
-"""Nystromformer: softmax attention by the Nystrom method on segment-mean landmarks.
+"""Nystromformer: softmax attention by the Nystrom method on segment-mean landmarks (Xiong et al.,
+"Nystromformer: A Nystrom-Based Algorithm for Approximating Self-Attention", AAAI 2021), with the
+iterative pseudo-inverse ``iterative_pinv`` that Skyformer uses too.
 
-Xiong et al., "Nystromformer: A Nystrom-Based Algorithm for Approximating Self-Attention",
-AAAI 2021 (a baseline of the Skyformer and MRA papers). With m landmarks Q~, K~ (means of m segments of
-the sequence) and s = scaling::
-
-    F = softmax(Q K~^T s)   (n x m)      A = softmax(Q~ K~^T s)   (m x m)
-    B = softmax(Q~ K^T s)   (m x n)      out = F A^+ (B V)                       # O(n m)
-
-A^+ is the Moore-Penrose pseudo-inverse by the iterative scheme the paper takes from Razavi et
-al. (2014), ``iterative_pinv``: Z_0 = A^T / (||A||_1 ||A||_inf), then 6 iterations of
-Z <- Z (13 I - A Z (15 I - A Z (7 I - A Z))) / 4. Optionally a depthwise convolution over the
-sequence of V is added to the output (official code: ``conv_kernel_size``).
-
-Padding and lengths (our choices; the official code and Transformers' NystromformerModel need
-n to be a multiple of m and average padded tokens into the landmarks):
-- The segments split each sequence's *real* tokens, in order, into m_b = min(m, L_b) runs of
-  near-equal length (sizes differ by at most one), so any length works and appending padding
-  changes no real output. Padded keys are masked in B; padded values are zeroed before the conv.
-- When a sequence has L_b <= m real tokens every token is its own landmark. Then F is exactly
-  softmax(Q K^T s) over the real keys and the Nystrom formula F A^+ B V reduces to F V (A = B are
-  the real rows of F, and A A^+ A = A); we return F V, exact attention, rather than running a
-  6-step approximate inverse whose error would only add noise.
+What it computes and the choices made where the paper and official code differ (segments of the
+real tokens, any length, exact attention for short sequences): docs/methods/nystromformer.md.
 """
 
 from __future__ import annotations

@@ -1,46 +1,10 @@
 """Skeinformer and V-Mean (Chen, Zeng et al., "Sketching as a Tool for Understanding and
 Accelerating Self-attention for Long Sequences", NAACL 2022).
 
-``skeinformer`` is Algorithm 1. With B = D^-1 A = softmax(Q K^T s) and d = ``num_samples``:
-
-1-3. pilot sampling: d query rows J drawn uniformly with replacement among the real tokens, their
-     exact attention rows B_J (padded columns 0, section 4.4);
-4.   column probabilities of eq. (5): p_i ∝ (sum_k b_{j_k i}^2)^(1/2) ||V_i||, 0 for padded keys;
-5-7. d columns J' drawn with these probabilities *without* replacement, A^{J'} = exp(Q K_{J'}^T s);
-8-11. adaptive row normalisation, eq. (6): every un-selected entry of a row is replaced by the
-     geometric mean g_i of its selected entries, so
-        R_i = (sum_k a_{ij'_k} V_{j'_k} + g_i sum_{j not in J'} V_j) / (sum_k a_{ij'_k} + (m - d) g_i)
-     with m the number of real tokens (section 4.4: the normalisation counts only real tokens);
-12.  pilot sampling reutilisation: the rows J of R are replaced by the exact B_J V.
-
-Table 1 ablations (section 6.2) are options: ``column_sampling="uniform"`` ("w/o column
-sampling"), ``row_normalization="simple"`` (softmax over the sampled columns only, the
-normalisation of Informer; "w/ simple row normalization"), ``row_normalization="none"``
-(D^-1 A S S^T V of section 4.1 with the exact D; "w/o row normalization"), ``pilot_reuse=False``
-("w/o pilot sampling reutilization"). In the official code every ablation model also drops the
-pilot reutilisation; to reproduce those exact models set ``pilot_reuse=False`` as well.
-
-Choices where the paper is vague:
-- Sampling without replacement (line 5) is done by Gumbel top-k (keys log p_i + Gumbel noise), which
-  draws the same distribution as successive draws proportional to p. Pilot size = d, as in
-  Algorithm 1 and the official code.
-- The random draws are per head and shared by the batch: d pilot uniforms, mapped onto each
-  sequence's real tokens, and one Gumbel variable per key position. In eval mode they are fixed
-  (seeded buffers over the model's max_seq_len positions), so appending padding changes no real
-  output and an example's output does not depend on its batch; training draws fresh ones.
-- ``row_normalization="none"``: D^-1 A S S^T V with S of Definition 3.1, i.e. sampled column j
-  weighted by 1/(d p_j) (the official ablation drops this weight), and the exact row sums D, which
-  cost O(n^2) (the official ablation computes them densely too). When every real column is drawn
-  the weights are 1, so the estimate is exact.
-- Exactness limit: when d >= m every real column is drawn, m - d = 0 and all three normalisations
-  give exact softmax attention; when d >= n (no sampling possible) we compute exact attention
-  directly. (The official code instead caps d at m - 1.)
-- Rows use a max-shift (exp(L - max_k L_ik)); R_i is invariant to it. The sampling
-  probabilities and draws carry no gradient; everything computed from the drawn rows and columns
-  (A^{J'}, g, d, and B_J V of line 12) does.
-
-``vmean`` (section 5, Figure 1; Table 1 "V-Mean") outputs (1/m) 1 1^T V: the mean of the real
-value rows for every query.
+``skeinformer`` is Algorithm 1: pilot rows, importance-sampled columns, adaptive row normalisation
+and pilot reutilisation; its Table 1 ablations are options. ``vmean`` outputs the mean of the real
+value rows for every query. What each computes and the choices made where the paper is vague
+(sampling, padding, exactness limit): docs/methods/skeinformer.md.
 """
 
 from __future__ import annotations

@@ -1,42 +1,10 @@
 """Kernelized attention and Skyformer (Chen et al., "Skyformer: Remodel Self-Attention
 with Gaussian Kernel and Nystrom Method", NeurIPS 2021).
 
-``kernelized`` (section 4.1, eq. 3) replaces softmax by a Gaussian kernel::
-
-    out = C V,   C = kappa(Q / p^(1/4), K / p^(1/4)),   kappa(x, y) = exp(-|x - y|^2 / 2)
-
-C is not row-normalised: section 4.1 calls the form D_Q^(-1/2) A D_K^(-1/2) V an "automatic
-normalization" and the official ``SoftmaxAttention_RBF`` divides by nothing, so neither do we.
-p^(-1/4) is applied as sqrt(scaling), which is p^(-1/4) for the usual scaling 1/sqrt(p) (Lemma 1
-relates exp(q.k / sqrt(p)) to this kernel; a model with another softmax scaling keeps that link).
-
-``skyformer`` (section 4.2) approximates C by the Nystrom method on the PSD completion
-C_bar = kappa([Q; K], [Q; K]) of eq. (4), with a 2n x d sub-sampling matrix S (eqs. 5-6)::
-
-    C ~ C_bar[Q rows] S (S^T C_bar S)^+ S^T C_bar[K columns]                      # O(n d)
-
-- Landmarks (section 3.2, Definition 1; official ``uniform_sketching``): i.i.d. uniform draws
-  with replacement, the first half from the real queries, the second half from the real keys
-  (Definition 1 draws over all 2n rows; half and half is what it gives in expectation and what
-  the official code does). One vector of uniforms is shared by the batch and mapped onto each
-  sequence's real tokens, so a sequence's landmarks depend neither on padding nor on the other
-  sequences of its batch; it is fixed in eval mode (a seeded buffer) and drawn afresh in training.
-- ``accumulation`` (official option; the "accumulation of projections" sketches of Chen & Yang
-  2021a cited by the paper): each of the d columns of S sums ``accumulation`` such indicator
-  vectors instead of one. The columns are unscaled indicators, as in the official code (the
-  sqrt(1/d) of Definition 1 cancels in eq. 5 and only rescales gamma).
-- Section 4.4: the inverse is taken by the iterative method of Nystromformer
-  (``iterative_pinv``) on N = D^(-1/2) (M + gamma I) D^(-1/2), M = S^T C_bar S,
-  D = diag((M + gamma I) 1), whose singular values lie in (0, 1] (Lemma 3); then
-  (M + gamma I)^(-1) ~ D^(-1/2) N^+ D^(-1/2).
-- Padding: landmarks are real tokens only and the rows of padded keys in C_bar S are zeroed, so
-  padded keys get no weight and appending padding changes no real output.
-
-Exactness limit: if S draws every one of the 2n points (point i c_i >= 1 times) and the
-pseudo-inverse has converged, eq. (5) with gamma gives C_bar (C_bar + gamma diag(c)^-1)^-1 C_bar,
-which is C_bar for gamma -> 0 and tends to it as the counts grow; so ``skyformer`` ->
-``kernelized`` as d grows (with enough ``pinv_iterations``: six leave the small eigenvalues of N
-under-inverted, which the method accepts as extra regularisation).
+``kernelized`` replaces softmax by a Gaussian kernel (section 4.1, eq. 3), exactly; ``skyformer``
+approximates that kernel by the Nystrom method on its PSD completion (section 4.2) with the
+iterative pseudo-inverse of section 4.4. What each computes and the choices made where the paper is
+vague (normalisation, landmarks, padding, exactness limit): docs/methods/skyformer.md.
 """
 
 from __future__ import annotations

@@ -1,42 +1,9 @@
 """YOSO: attention by LSH Bernoulli sampling (Zeng et al., "You Only Sample (Almost) Once", ICML 2021).
 
-Sections below are those of the paper's appendix. Queries and keys are
-l2-normalised (section 1.1 assumes unit norms), and the weight of a query-key pair is the
-probability that a tau-bit hyperplane hash puts both in the same bucket (section 1.2)::
-
-    B(q, k) = (1 - arccos(q.k) / pi) ** tau
-    Y_i = sum_j B(q_i, k_j) V_j                               # section 1.3, first display
-
-- ``yoso`` samples Y with m hashes: each hash puts every key into one of 2**tau buckets, sums the
-  values per bucket and hands every query the sum of its bucket; the m results are averaged. This
-  is unbiased and linear in n: O(n m tau d) for the hashes (Gaussian, or the fast hash computed
-  with dense Hadamard products, see ``hadamard_codes``), O(n m d) for the bucket sums.
-- ``yoso_e`` computes Y exactly (quadratic; the paper's YOSO-E).
-
-Backward. Section 1.3 eq. (3) replaces dB/dx = tau (1 - arccos(x)/pi)^(tau-1) / (pi sqrt(1-x^2)),
-which is unbounded at x = 1, by the lower bound (tau/2) B(x)::
-
-    dQ = ((dY V^T) * tau/2 B(Q K^T)) K,   dK = ((dY V^T) * tau/2 B(Q K^T))^T Q,   dV = B^T dY
-
-``yoso`` estimates all three with the forward's own hashes (B_ij replaced by the fraction of the
-m hashes in which q_i and k_j collide). For every bucket of every hash it takes the cheaper of
-the two procedures of section 1.4: visit the colliding pairs (O(nnz d), sparse products), or
-the main text's bucket sums of outer products V_j K_j^T (O(n d^2), as two small matrix
-products), so the backward is O(min(n m d^2, nnz (m + d))) as section 1.4 suggests. ``yoso_e`` uses
-eq. (3) by default, so that it is the m -> infinity limit of ``yoso`` in both passes (as the
-official YOSO-E and Transformers' ``YosoCumulation``); ``gradient="exact"`` gives eq. (2), with
-the small eps under the square root of section 1.4.
-
-Output (our choice, from the official code and Transformers' YosoSelfAttention, the appendix
-does not say): every output row is l2-normalised. B does not sum to one over the keys, so the
-output needs a scale; the l2 norm needs no second bucket sum and stays defined when a query
-collides with no key (dividing by the sampled sum of weights would divide by zero there).
-With ``conv_window`` (the paper's YOSO-C) a depthwise convolution over the sequence of the values
-is added to the normalised output, as in the official code.
-
-Padding: padded keys and queries get bucket ids that collide with nothing (no bucket sum
-sees a padded value) and zero weight in ``yoso_e``; the random projections depend only on
-(heads, d, m, tau), so appending padding changes no real output.
+``yoso`` samples the collision-probability kernel with hyperplane hashes (linear in the length) and
+back-propagates the lower-bound gradient with the forward's own hashes; ``yoso_e`` computes the
+kernel exactly (the paper's YOSO-E). What each computes, the choices made where the paper is vague
+(output normalisation, padding, draws) and why the hash projects in float64: docs/methods/yoso.md.
 """
 
 from __future__ import annotations

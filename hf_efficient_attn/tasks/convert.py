@@ -117,7 +117,7 @@ def convert_to_long(
         raise ValueError(
             f"unsupported model type {config.model_type!r}; supported: {', '.join(sorted(SELF_ATTENTION_CLASSES))}"
         )
-    name, options = chosen_method(config, attn_impl, attn_config)
+    choice = chosen_method(config, attn_impl, attn_config)
     # Plain Transformers loads the weights; the method is attached after the extension (see above).
     held_back, load_report = _HeldBackTyingWarnings(), HeldBackLoadReport()
     with torch.random.fork_rng(), held_back, load_report:  # a new head's init is seeded; the caller's generator is restored
@@ -133,8 +133,8 @@ def convert_to_long(
     tokens_before = max_tokens(config)
     if max_length > tokens_before:  # a table as long or longer is kept (e.g. Longformer's 4096)
         extend_position_embeddings(model, max_length)
-    if name is not None:
-        patch_model(model, name, options)
+    if choice is not None:
+        patch_model(model, choice)
     tokenizer = AutoTokenizer.from_pretrained(
         tokenizer_name or model_name_or_path, use_fast=use_fast_tokenizer, **hub_kwargs
     )
@@ -143,8 +143,8 @@ def convert_to_long(
         model_type=config.model_type,
         tokens_before=tokens_before,
         tokens_after=max_tokens(model.config),
-        attn_impl=name,
-        attn_config=dict(model.config.attn_config) if name else {},
+        attn_impl=None if choice is None else choice.name,
+        attn_config={} if choice is None else choice.attn_config,
         new_head_tensors=new_head,
         output_dir=output_dir,
     )

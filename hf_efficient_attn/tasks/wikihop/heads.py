@@ -45,6 +45,7 @@ from transformers.utils import ModelOutput
 from ...integration.auto import _EfficientAutoModel
 from ...integration.patching import efficient_class
 from ...integration.positions import max_tokens
+from ...integration.transformers_private import build_from_config
 
 
 @dataclass
@@ -263,9 +264,7 @@ class _CandidateScoringLoader:
 
     @classmethod
     def from_config(cls, config: PretrainedConfig, **kwargs: Any) -> PreTrainedModel:
-        # ``_from_config`` is what Transformers' own ``AutoModel*.from_config`` calls (dtype and
-        # attn_implementation handling); there is no public per-class equivalent.
-        return cls.model_class(config)._from_config(config, **kwargs)
+        return build_from_config(cls.model_class(config), config, **kwargs)
 
 
 class AutoModelForCandidateScoring(_EfficientAutoModel):

@@ -1,50 +1,12 @@
-"""Speed and peak memory against SDPA, versus sequence length; every measurement in a fresh process.
+"""Speed and peak memory against SDPA, versus sequence length (``scripts/benchmark.py``); every
+measurement in a fresh process.
 
-Two benchmarks, each a table (markdown + csv), the raw measurements (json) and a plot (png) in
-``--output_dir``:
-
-- attention (default): one call of every method on random q, k, v (batch 1, 12 heads,
-  head_dim 64), forward and forward+backward, against exact attention through SDPA (method
-  ``softmax``); writes ``attention.{md,csv,json,png}``.
-- ``--model``: one training step (MLM forward, backward, AdamW step) of a roberta-base-width
-  encoder (hidden 768, 12 heads, FFN 3072; ``--layers``, ``--vocab_size``) with Transformers'
-  own SDPA attention ("sdpa") and with each method patched in; ``vmean`` (the mean of V,
-  attention almost free) is the floor set by the rest of the model. Its timing processes keep
-  freed memory for reuse, as the training scripts do on CPU (:mod:`hf_efficient_attn.utils.cpu_allocator`;
-  ``--glibc_malloc``: glibc's defaults). Writes ``model_step.{md,csv,json,png}``.
-
-- ``--compile``: eager against ``torch.compile`` for the same roberta-base-width model (an inference
-  forward or, with ``--train``, a training step) on a padded batch (the last row a quarter padding),
-  per method with Transformers' SDPA beside: the eager call, the first compiled call (compilation
-  included, with Inductor's caches off so that every process compiles from scratch) and the
-  steady-state compiled call. Writes ``compile.{md,csv,json}``.
-- ``--onnx``: the same model's inference forward (batch 1, no padding) served by ONNX Runtime from
-  its ONNX export (``scripts/export_onnx.py``'s exporter), against eager PyTorch, per method with
-  Transformers' SDPA beside. Writes ``onnx.{md,csv,json}``.
-- ``--mixed_lengths``: documents of real lengths (the token counts of the first 32 offline Wikipedia
-  articles, truncated at the longest ``--seq_lens``), ``--batch`` at a time, through the same model
-  padded (each batch to its longest) and packed (each batch one row, ``DataCollatorWithFlattening``,
-  docs/packing.md): tokens/s of inference forwards and of training steps, per method (``softmax``, exact
-  attention that keeps packed sequences apart, beside; Transformers' SDPA would mix them), and the
-  largest logit difference between the two forms. Writes ``mixed_lengths.{md,csv,json}``.
-
-The methods are given as ``--methods mra2,nystromformer`` and their options, per method, as
-``--attn_config '{"mra2": {"backend": "flex"}}'`` (a method left out runs at its defaults).
-A process times the median of ``--repeats`` calls after ``--warmup`` untimed calls: one for the
-attention (it compiles compiled kernels), two for ``--model``, whose first step allocates the
-optimizer state and whose second still grows the heap to its working size (the first steps fault
-in many pages, later ones none; counts in docs/benchmarks.md), so that the timed step is a steady-
-state one, like almost every step of a training run. With ``--rounds`` R > 1 every time is taken R
-times, each round measuring every job once in turn, and the median is reported; ratios (speed-up,
-time over the floor) are the medians of the per-round ratios, so that a machine whose speed drifts
-during the run slows both sides of a ratio alike (``--model`` defaults to 3 rounds of one timed
-step each). The attention step back-propagates a fixed random gradient of the output, dense like a
-real model's (``out.sum()`` would hand the methods a broadcast one). Peak memory is what one more
-call needs beyond the memory live before it (inputs, weights, optimizer state, accumulated
-gradients): on CUDA the rise of ``max_memory_allocated``; on CPU the rise of the resident set's
-high-water mark over the resident size before the call, with glibc's mmap threshold fixed at 128
-KiB for that call so that freed tensors leave the resident set (otherwise the peak measures what
-the allocator keeps).
+Benchmarks, each written to ``--output_dir`` as a table (md, csv) and raw measurements (json): one
+attention call per method (default; also a png), ``--model`` (an MLM training step of a
+roberta-base-width encoder; png), ``--compile`` (eager against ``torch.compile``), ``--onnx`` (ONNX
+Runtime against eager) and ``--mixed_lengths`` (padded against packed batches). What each measures,
+how time and peak memory are taken (warm-up, rounds, the allocator) and the results:
+docs/benchmarks.md.
 """
 
 from __future__ import annotations

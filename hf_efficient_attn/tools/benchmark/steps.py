@@ -9,7 +9,7 @@ from typing import Any, Callable
 import torch
 
 from ...methods.base import AttentionShape
-from ...registry import build_method
+from ...registry import MethodChoice, build_method
 from .timing import median_seconds, synchronize
 
 ATTENTION_REFERENCE = "softmax"  # exact attention through SDPA, behind the method contract
@@ -26,7 +26,8 @@ def attention_step(method: str, seq_len: int, backward: bool, *, options: dict[s
     """One attention call of ``method`` (with ``options``) on random q, k, v (B, H, N, D), with
     backward (of a fixed random output gradient) if asked."""
     dev, torch_dtype = torch.device(device), DTYPES[dtype]
-    module = build_method(method, options, AttentionShape(heads, head_dim, max(seq_len, 4096))).to(dev, torch_dtype)
+    shape = AttentionShape(heads, head_dim, max(seq_len, 4096))
+    module = build_method(MethodChoice.of(method, options), shape).to(dev, torch_dtype)
     module.train(backward)
     q, k, v = (torch.randn(batch, heads, seq_len, head_dim, device=dev, dtype=torch_dtype) for _ in range(3))
     for t in (q, k, v):

@@ -14,7 +14,7 @@ from torch import nn
 
 from ...methods.base import AttentionShape
 from ...methods.softmax import softmax_reference
-from ...registry import build_method, get_method_class
+from ...registry import MethodChoice, build_method, get_method_class
 from .budgets import budget_grid, budget_size
 
 #: Methods that approximate a kernel other than softmax -> the package's exact version of it.
@@ -80,7 +80,7 @@ class QualityResult:
 
 def _build(method: str, options: dict[str, Any], layer: int, q: torch.Tensor) -> nn.Module:
     shape = AttentionShape(num_heads=q.shape[1], head_dim=q.shape[-1], max_seq_len=q.shape[2], layer_idx=layer)
-    return build_method(method, options, shape).eval()
+    return build_method(MethodChoice.of(method, options), shape).eval()
 
 
 def _timed(module: nn.Module, q, k, v, repeats: int) -> tuple[torch.Tensor, float]:
