@@ -147,13 +147,14 @@ def test_cuda_attention_and_model_steps_are_measured_in_this_process():
 def test_a_failed_timing_job_is_skipped_and_the_others_are_kept(monkeypatch):
     def measure(what, **job):
         if job["method"] == "mra2":
-            raise RuntimeError("compile benchmark (time) of mra2 at n=64 failed")
+            raise RuntimeError("compile benchmark (time) of mra2 at n=64 failed: \nTraceback (most recent call "
+                               "last):\n  File ...\nMemoryError: cannot allocate\n")
         return {"eager_s": 1.0}, 0
 
     monkeypatch.setattr(processes, "measure_job", measure)
     jobs = [{"method": m, "seq_len": 64, "kind": "compile"} for m in ("sdpa", "mra2", "nystromformer")]
     assert processes.measure_timings(jobs, rounds=2) == (
-        [[{"eager_s": 1.0}] * 2, [], [{"eager_s": 1.0}] * 2], {1: "compile benchmark (time) of mra2 at n=64 failed"})
+        [[{"eager_s": 1.0}] * 2, [], [{"eager_s": 1.0}] * 2], {1: "MemoryError: cannot allocate"})
 
 
 def test_a_process_that_runs_the_machine_out_of_memory_is_stopped(monkeypatch):
@@ -163,9 +164,10 @@ def test_a_process_that_runs_the_machine_out_of_memory_is_stopped(monkeypatch):
     job = {"kind": "onnx", "measure": "time", "method": "sdpa", "seq_len": 64, "device": "cpu", "repeats": 1,
            "warmup": 0, "threads": 1, "layers": 1, "vocab_size": 64}
     start = time.perf_counter()
-    with pytest.raises(RuntimeError, match="onnx benchmark .* of sdpa at n=64 failed: out of memory"):
+    with pytest.raises(RuntimeError, match="onnx benchmark .* of sdpa at n=64 failed: out of memory") as failure:
         processes.measure_in_fresh_process(job)
     assert time.perf_counter() - start < 5
+    assert processes.skip_reason(failure.value) == "out of memory: stopped with under 1024 MB left on the machine"
 
 
 def test_the_available_memory_is_the_kernels_estimate():

@@ -176,9 +176,11 @@ def measure_all(jobs: list[dict[str, Any]], rounds: int = 1) -> list[Measurement
 
 
 def skip_reason(error: RuntimeError) -> str:
-    """A failed job's reason, short enough for a table: the last line of its message."""
-    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    return lines[-1][-200:] if lines else type(error).__name__
+    """A failed job's reason, short enough for a table: the last line of what :func:`_failed` says
+    after naming the job (a failed process's last line of error output)."""
+    message = str(error)
+    lines = [line.strip() for line in message.partition(" failed: ")[2].splitlines() if line.strip()]
+    return lines[-1][-200:] if lines else message[-200:]
 
 
 def measure_timings(jobs: list[dict[str, Any]], rounds: int = 1) -> tuple[list[list[dict[str, float]]], dict[int, str]]:
