@@ -166,6 +166,7 @@ FLAG_TESTS: dict[str, dict[str, str]] = {
         "compile": TEST_FLAGS_BENCH_QUALITY + "test_compile_benchmark_flags_and_table",
         "train": TEST_FLAGS_BENCH_QUALITY + "test_compile_benchmark_flags_and_table",
         "onnx": TEST_FLAGS_BENCH_QUALITY + "test_onnx_benchmark_flags_and_table",
+        "int8": TEST_FLAGS_BENCH_QUALITY + "test_onnx_benchmark_flags_and_table",
         "mixed_lengths": TEST_PACKING + "test_benchmark_mixed_lengths_flag",
         "methods": TEST_FLAGS_BENCH_QUALITY + "test_attention_benchmark_flags_reach_each_call",
         "attn_config": TEST_FLAGS_BENCH_QUALITY + "test_attention_benchmark_flags_reach_each_call",

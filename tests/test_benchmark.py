@@ -3,6 +3,7 @@ from measurements."""
 
 import csv
 import json
+import os
 import re
 import subprocess
 import sys
@@ -41,6 +42,7 @@ from hf_efficient_attn.utils.cli_errors import run_cli
     (["--onnx", "--compile"], "four benchmarks"),
     (["--onnx", "--dtype", "bf16"], "--onnx times ONNX Runtime's CPU provider in fp32"),
     (["--train"], "--train applies to --compile"),
+    (["--model", "--int8"], "--int8 applies to --onnx only"),
     (["--compile", "--forward_only"], "--forward_only"),
     (["--glibc_malloc"], "--glibc_malloc applies to --model on CPU only"),
     (["--out_dir", "x"], r"unknown flag --out_dir \(did you mean --output_dir\?\)"),
@@ -96,7 +98,8 @@ def test_defaults_follow_the_benchmark():
     assert compiled.seq_lens == [1024] and compiled.batch == 2 and not compiled.train
     assert cli.parse_args(["--compile", "--batch", "1"]).batch == 1 and attention.batch == 1
     served = cli.parse_args(["--onnx"])
-    assert served.seq_lens == [1024, 4096] and served.batch == 1 and served.measured == ["sdpa", "mra2", "mra2_s"]
+    assert served.seq_lens == [1024, 4096, 8192, 16384] and served.batch == 1 and not served.int8
+    assert served.measured == ["sdpa", "vmean", "mra2", "mra2_s"]
     assert model.measured == ["sdpa", "vmean", "mra2", "mra2_s"] and model.output_dir == "outputs/benchmark"
 
 
@@ -144,12 +147,76 @@ def test_cuda_attention_and_model_steps_are_measured_in_this_process():
 def test_a_failed_timing_job_is_skipped_and_the_others_are_kept(monkeypatch):
     def measure(what, **job):
         if job["method"] == "mra2":
-            raise RuntimeError("compile benchmark (time) of mra2 at n=64 failed")
+            raise RuntimeError("compile benchmark (time) of mra2 at n=64 failed: \nTraceback (most recent call "
+                               "last):\n  File ...\nMemoryError: cannot allocate\n")
         return {"eager_s": 1.0}, 0
 
     monkeypatch.setattr(processes, "measure_job", measure)
     jobs = [{"method": m, "seq_len": 64, "kind": "compile"} for m in ("sdpa", "mra2", "nystromformer")]
-    assert processes.measure_timings(jobs, rounds=2) == [[{"eager_s": 1.0}] * 2, [], [{"eager_s": 1.0}] * 2]
+    assert processes.measure_timings(jobs, rounds=2) == (
+        [[{"eager_s": 1.0}] * 2, [], [{"eager_s": 1.0}] * 2], {1: "MemoryError: cannot allocate"})
+
+
+def test_a_process_that_runs_the_machine_out_of_memory_is_stopped(monkeypatch):
+    """A measuring process is killed, and its job reported as out of memory, once the machine's
+    available memory falls under the floor (here at once), before the kernel's OOM killer acts."""
+    monkeypatch.setattr(processes, "memory_available_mb", lambda: processes.MEMORY_FLOOR_MB - 1)
+    job = {"kind": "onnx", "measure": "time", "method": "sdpa", "seq_len": 64, "device": "cpu", "repeats": 1,
+           "warmup": 0, "threads": 1, "layers": 1, "vocab_size": 64}
+    start = time.perf_counter()
+    with pytest.raises(RuntimeError, match="onnx benchmark .* of sdpa at n=64 failed: out of memory") as failure:
+        processes.measure_in_fresh_process(job)
+    assert time.perf_counter() - start < 5
+    assert processes.skip_reason(failure.value) == "out of memory: stopped with under 1024 MB left on the machine"
+
+
+def test_the_available_memory_is_the_kernels_estimate():
+    total_mb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**20
+    free_mb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES") / 2**20  # MemFree <= MemAvailable
+    assert 0.9 * free_mb <= processes.memory_available_mb() <= total_mb
+
+
+def test_an_onnx_job_that_failed_keeps_its_row_with_the_reason():
+    """SDPA's export at a length the memory cannot hold: its row says why; the methods at that length
+    keep their times and floor, without a speed-up over a reference that was not measured."""
+    times = {"sdpa": 0.8, "vmean": 0.1, "mra2": 0.2}
+    jobs = [{"method": m, "seq_len": n} for n in (64, 128) for m in times]
+    results = [[dict(eager_s=1.0, onnxruntime_s=times[j["method"]])] for j in jobs]
+    results[3] = []
+    rows = report.onnx_table(jobs, results, {3: "out of memory: stopped with under 1024 MB left"})
+    assert rows[3] == {"method": "sdpa", "n": 128, "skipped": "out of memory: stopped with under 1024 MB left"}
+    assert rows[2]["onnxruntime_speedup_vs_sdpa"] == 4.0 and "onnxruntime_speedup_vs_sdpa" not in rows[5]
+    assert rows[5]["onnxruntime_ms"] == 200.0 and rows[5]["onnxruntime_over_vmean_floor"] == "+100%"
+    assert [(r["method"], r["n"]) for r in rows] == [(j["method"], j["seq_len"]) for j in jobs]
+
+
+@pytest.mark.parametrize("int8", [False, True])
+def test_the_onnx_job_times_the_int8_model_the_exporter_quantizes(int8, monkeypatch):
+    """--int8 times a second session, on the int8 model that serving's own quantization writes from
+    the export (the exporter and ONNX Runtime spied on: the wiring, not their speed)."""
+    from hf_efficient_attn.serving import encoding, onnx
+
+    exported, quantized, opened = [], [], []
+    monkeypatch.setattr(onnx, "export_onnx", lambda model, path, seq_len: exported.append(path))
+    monkeypatch.setattr(onnx, "quantize_int8", lambda path, output: quantized.append((path, output)))
+
+    class Session:
+        def __init__(self, path, threads):
+            opened.append((os.path.basename(path), threads))
+
+        def run(self, names, feed):
+            assert feed["input_ids"].shape == (1, 32) and names is None
+
+    monkeypatch.setattr(encoding, "open_session", Session)
+    timings = steps.onnx_timings("vmean", 32, int8=int8, layers=1, vocab_size=64, repeats=1, warmup=0)
+    assert [os.path.basename(p) for p in exported] == ["model.onnx"]
+    threads = torch.get_num_threads()
+    if int8:
+        assert quantized == [(exported[0], exported[0].replace("model.onnx", "model_quantized.onnx"))]
+        assert opened == [("model.onnx", threads), ("model_quantized.onnx", threads)]
+        assert set(timings) == {"eager_s", "onnxruntime_s", "onnxruntime_int8_s"}
+    else:
+        assert not quantized and opened == [("model.onnx", threads)] and set(timings) == {"eager_s", "onnxruntime_s"}
 
 
 def test_the_attention_step_back_propagates_a_dense_gradient(monkeypatch):
@@ -293,14 +360,15 @@ def test_compile_benchmark_command_line_end_to_end(tmp_path):
 
 @pytest.mark.slow
 def test_onnx_benchmark_command_line_end_to_end(tmp_path):
-    """--onnx at a tiny size: eager and ONNX Runtime times for SDPA and a method, in fresh processes."""
-    cli.main(["--onnx", "--methods", "softmax", "--seq_lens", "64", "--layers", "1", "--vocab_size", "64",
-                    "--rounds", "2", "--output_dir", str(tmp_path)])
+    """--onnx --int8 at a tiny size: eager, ONNX Runtime and int8 times for SDPA and the vmean floor,
+    in fresh processes."""
+    cli.main(["--onnx", "--int8", "--methods", "vmean", "--seq_lens", "64", "--layers", "1", "--vocab_size", "64",
+              "--rounds", "2", "--output_dir", str(tmp_path)])
     saved = json.loads((tmp_path / "onnx.json").read_text())
     rows, rounds = saved["rows"], saved["rounds"]
-    assert [r["method"] for r in rows] == ["sdpa", "softmax"] and all(len(r) == 2 for r in rounds)
+    assert [r["method"] for r in rows] == ["sdpa", "vmean"] and all(len(r) == 2 for r in rounds)
     for row, measured in zip(rows, rounds):
-        assert row["onnxruntime_ms"] > 0 and row["eager_ms"] > 0
+        assert row["onnxruntime_ms"] > 0 and row["eager_ms"] > 0 and row["int8_ms"] > 0
         assert row["onnxruntime_ms"] == round(sorted(m["onnxruntime_s"] for m in measured)[0] * 500
                                               + sorted(m["onnxruntime_s"] for m in measured)[1] * 500, 1)
     sdpa, mine = rounds

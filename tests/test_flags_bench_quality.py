@@ -136,22 +136,43 @@ def test_compile_benchmark_flags_and_table(measured, tmp_path):
 
 
 def test_onnx_benchmark_flags_and_table(measured, tmp_path):
-    """--onnx: every flag reaches onnx_timings, and ONNX Runtime's speed-up over SDPA is SDPA's time
-    over the method's, the median of the per-round ratios (>1 = the method is faster)."""
-    sdpa = [dict(eager_s=1.0, onnxruntime_s=0.8), dict(eager_s=1.0, onnxruntime_s=0.4)]
-    mra = [dict(eager_s=0.5, onnxruntime_s=0.2), dict(eager_s=0.7, onnxruntime_s=0.4)]
-    measured.seconds.update({("sdpa", 40): list(sdpa), ("mra2", 40): list(mra)})
+    """--onnx: every flag reaches onnx_timings (--int8 too), and ONNX Runtime's speed-up over SDPA is
+    SDPA's time over the method's, its time over the vmean floor the method's over the floor's, each
+    the median of the per-round ratios (>1 = the method is faster), for fp32 and for int8."""
+    sdpa = [dict(eager_s=1.0, onnxruntime_s=0.8, onnxruntime_int8_s=0.6),
+            dict(eager_s=1.0, onnxruntime_s=0.4, onnxruntime_int8_s=0.3)]
+    floor = [dict(eager_s=0.2, onnxruntime_s=0.1, onnxruntime_int8_s=0.05),
+             dict(eager_s=0.2, onnxruntime_s=0.4, onnxruntime_int8_s=0.1)]
+    mra = [dict(eager_s=0.5, onnxruntime_s=0.2, onnxruntime_int8_s=0.1),
+           dict(eager_s=0.7, onnxruntime_s=0.4, onnxruntime_int8_s=0.3)]
+    measured.seconds.update({("sdpa", 40): list(sdpa), ("vmean", 40): list(floor), ("mra2", 40): list(mra)})
     bench_cli.main(["--onnx", "--methods", "mra2", "--seq_lens", "40", "--layers", "3", "--vocab_size", "77",
-                    "--batch", "2", "--repeats", "2", "--warmup", "3", "--rounds", "2", "--threads", "2",
+                    "--batch", "2", "--repeats", "2", "--warmup", "3", "--rounds", "2", "--threads", "2", "--int8",
                     "--output_dir", str(tmp_path)])
+    assert [step["method"] for step in measured.steps] == ["sdpa", "vmean", "mra2"] * 2
     for step in measured.steps:
-        assert step["kind"] == "onnx" and step["seq_len"] == 40
+        assert step["kind"] == "onnx" and step["seq_len"] == 40 and step["int8"] is True
         assert (step["layers"], step["vocab_size"], step["batch"], step["repeats"], step["warmup"]) == (3, 77, 2, 2, 3)
     rows = {r["method"]: r for r in json.loads((tmp_path / "onnx.json").read_text())["rows"]}
     assert rows["mra2"]["eager_ms"] == 600.0 and rows["mra2"]["onnxruntime_ms"] == 300.0
     assert rows["mra2"]["onnxruntime_speedup_vs_sdpa"] == statistics.median([0.8 / 0.2, 0.4 / 0.4]) == 2.5
-    assert rows["sdpa"]["onnxruntime_speedup_vs_sdpa"] == 1.0
-    assert "ONNX Runtime (CPU provider, 2 threads)" in (tmp_path / "onnx.md").read_text()
+    assert rows["mra2"]["onnxruntime_over_vmean_floor"] == "+50%"  # median of 0.2 / 0.1 and 0.4 / 0.4
+    assert rows["mra2"]["int8_ms"] == 200.0 and rows["mra2"]["int8_speedup_vs_sdpa"] == 3.5  # (6 + 1) / 2
+    assert rows["mra2"]["int8_over_vmean_floor"] == "+150%"  # median of 0.1 / 0.05 and 0.3 / 0.1
+    assert rows["sdpa"]["onnxruntime_speedup_vs_sdpa"] == rows["sdpa"]["int8_speedup_vs_sdpa"] == 1.0
+    assert rows["vmean"]["onnxruntime_over_vmean_floor"] == rows["vmean"]["int8_over_vmean_floor"] == "+0%"
+    text = (tmp_path / "onnx.md").read_text()
+    assert "ONNX Runtime (CPU provider, 2 threads)" in text and "fp32 and int8" in text
+
+
+def test_onnx_benchmark_without_int8_times_fp32_only(measured, tmp_path):
+    """Without --int8 the jobs ask for no int8 model and the table has no int8 columns."""
+    for method in ("sdpa", "vmean", "mra2"):
+        measured.seconds[method, 40] = [dict(eager_s=1.0, onnxruntime_s=0.5)]
+    bench_cli.main(["--onnx", "--methods", "mra2", "--seq_lens", "40", "--output_dir", str(tmp_path)])
+    assert {step["int8"] for step in measured.steps} == {False}
+    rows = json.loads((tmp_path / "onnx.json").read_text())["rows"]
+    assert not any(key.startswith("int8") for row in rows for key in row)
 
 
 # ------------------------------------------------------------------------------------- quality

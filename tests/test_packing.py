@@ -342,7 +342,7 @@ def test_benchmark_mixed_lengths_flag(monkeypatch, tmp_path):
     def timings(jobs, rounds):
         asked["jobs"] = jobs
         return [[{"padded_forward_s": 1.0, "packed_forward_s": 1.0, "padded_train_s": 1.0, "packed_train_s": 1.0,
-                  "max_abs_logit_difference": 0.0}] for _ in jobs]  # fmt: skip
+                  "max_abs_logit_difference": 0.0}] for _ in jobs], {}  # fmt: skip
 
     monkeypatch.setattr(cli, "document_lengths", lengths)
     monkeypatch.setattr(cli, "measure_timings", timings)

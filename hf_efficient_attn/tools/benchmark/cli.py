@@ -64,11 +64,19 @@ def run(args: BenchmarkArguments) -> list[dict[str, Any]]:
         kind = "compile" if args.compile else "onnx" if args.onnx else "mixed_lengths"
         extra = ({"train": args.train} if args.compile
                  else {"lengths": document_lengths(MIXED_DOCUMENTS, max(args.seq_lens))} if args.mixed_lengths
-                 else {})  # fmt: skip
+                 else {"int8": args.int8})  # fmt: skip
         seq_lens = [max(args.seq_lens)] if args.mixed_lengths else args.seq_lens
         jobs = [job(m, kind=kind, seq_len=n, layers=args.layers, vocab_size=args.vocab_size, **extra)
                 for n in seq_lens for m in args.measured]
-        measured = [(j, r) for j, r in zip(jobs, measure_timings(jobs, args.rounds)) if r]  # failed jobs skipped
+        results, skipped = measure_timings(jobs, args.rounds)
+        if args.onnx:  # a failed job keeps its row, with the reason (SDPA's scores past the memory)
+            rows = onnx_table(jobs, results, skipped)
+            title = (f"ONNX Runtime (CPU provider, {torch.get_num_threads() if args.threads is None else args.threads} "
+                     f"threads) against eager PyTorch: inference forward of a roberta-base-width encoder, "
+                     f"{args.layers} layer(s), batch {args.batch}"
+                     + (", fp32 and int8 (dynamic quantization, as export_onnx.py --int8)" if args.int8 else "")
+                     + f"; {_setting(args)}")
+        measured = [(j, r) for i, (j, r) in enumerate(zip(jobs, results)) if i not in skipped]  # failed: skipped
         jobs, results = [j for j, _ in measured], [r for _, r in measured]
         if args.mixed_lengths:
             rows = mixed_lengths_table(jobs, results)
@@ -81,11 +89,6 @@ def run(args: BenchmarkArguments) -> list[dict[str, Any]]:
             call = "training step (MLM forward + backward + AdamW)" if args.train else "inference forward"
             title = (f"torch.compile against eager: {call} of a roberta-base-width encoder, {args.layers} layer(s), "
                      f"batch {args.batch} (the last row a quarter padding); {_setting(args)}; Inductor caches off")
-        else:
-            rows = onnx_table(jobs, results)
-            title = (f"ONNX Runtime (CPU provider, {torch.get_num_threads() if args.threads is None else args.threads} "
-                     f"threads) against eager PyTorch: inference forward of a roberta-base-width encoder, "
-                     f"{args.layers} layer(s), batch {args.batch}; {_setting(args)}")
         write_table(rows, out, kind, title)
         (out / f"{kind}.json").write_text(json.dumps({"title": title, "rows": rows, "rounds": results}, indent=1))
     elif args.model:
@@ -118,7 +121,7 @@ examples:
   python scripts/benchmark.py --model                    # mra2, mra2_s vs sdpa and vmean
   python scripts/benchmark.py --model --device cuda --dtype bf16 --methods mra2 --attn_config '{"mra2": {"backend": "flex"}}'
   python scripts/benchmark.py --compile --methods mra2,nystromformer --seq_lens 1024
-  python scripts/benchmark.py --onnx --methods mra2
+  python scripts/benchmark.py --onnx --methods mra2 --int8
   python scripts/benchmark.py --mixed_lengths --methods mra2   # padded vs packed, softmax beside
 """
 
@@ -137,6 +140,11 @@ class BenchmarkArguments:
     onnx: bool = field(
         default=False,
         metadata={"help": "Benchmark ONNX Runtime against eager PyTorch for a whole model (SDPA beside)."},
+    )
+    int8: bool = field(
+        default=False,
+        metadata={"help": "--onnx only: also time the int8 model (ONNX Runtime's dynamic quantization, as "
+                          "export_onnx.py --int8 writes it)."},
     )
     mixed_lengths: bool = field(
         default=False,
@@ -157,7 +165,7 @@ class BenchmarkArguments:
     seq_lens: list[int] | None = field(
         default=None,
         metadata={"help": "Sequence lengths, space-separated. Default: 512 1024 2048 4096; with --model: 1024 2048 "
-                          "4096 8192 16384; with --compile: 1024; with --onnx: 1024 4096; with --mixed_lengths: 4096 "
+                          "4096 8192 16384; with --compile: 1024; with --onnx: 1024 4096 8192 16384; with --mixed_lengths: 4096 "
                           "(the longest document)."},
     )
     batch: int | None = field(default=None, metadata={"help": "Default: 1; with --compile: 2 (the last row a "
@@ -209,6 +217,8 @@ class BenchmarkArguments:
             raise ValueError("--model, --compile, --onnx and --mixed_lengths are four benchmarks: give one of them")
         if self.train and not self.compile:
             raise ValueError("--train applies to --compile (--model always times a training step)")
+        if self.int8 and not self.onnx:
+            raise ValueError("--int8 applies to --onnx only")
         if whole_model and self.forward_only:
             raise ValueError("--forward_only applies to the attention benchmark only")
         check_flag_choice("device", self.device, ["cpu", "cuda"])
@@ -229,7 +239,7 @@ class BenchmarkArguments:
         allowed = list_methods() + ([MODEL_REFERENCE] if whole_model and not self.mixed_lengths else [])
         self.method_names = parse_method_names(
             self.methods, allowed, DEFAULT_MODEL_METHODS if whole_model else list_methods())
-        references = [MODEL_REFERENCE] if (self.compile or self.onnx) else [MODEL_REFERENCE, MODEL_FLOOR] if self.model \
+        references = [MODEL_REFERENCE] if self.compile else [MODEL_REFERENCE, MODEL_FLOOR] if self.model or self.onnx \
             else [ATTENTION_REFERENCE]  # --mixed_lengths too: softmax keeps packed sequences apart, SDPA would not
         #: What is measured: the references first, then the methods asked for.
         self.measured = references + [m for m in self.method_names if m not in references]
@@ -245,7 +255,7 @@ class BenchmarkArguments:
         if self.warmup is None:
             self.warmup = 2 if self.model else 0 if self.mixed_lengths else 1
         if self.seq_lens is None:
-            self.seq_lens = ([1024] if self.compile else [1024, 4096] if self.onnx else [4096] if self.mixed_lengths
+            self.seq_lens = ([1024] if self.compile else [1024, 4096, 8192, 16384] if self.onnx else [4096] if self.mixed_lengths
                              else [1024, 2048, 4096, 8192, 16384] if self.model else [512, 1024, 2048, 4096])
 
 

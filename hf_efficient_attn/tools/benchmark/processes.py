@@ -93,16 +93,46 @@ def measure_job(what: str, kind: str, repeats: int = 3, warmup: int = 1, threads
         torch.cuda.empty_cache()
 
 
+#: A measuring process is stopped when the machine has less memory than this left (MB): a job too
+#: large for the machine (SDPA's n x n scores at the longest lengths) is then reported and skipped,
+#: before the kernel's out-of-memory killer picks a process, maybe another one.
+MEMORY_FLOOR_MB = 1024
+
+
+def memory_available_mb() -> float:
+    """The memory the machine can still give (``MemAvailable``, MB); unlimited where there is no
+    ``/proc/meminfo``."""
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return float("inf")
+
+
 def measure_in_fresh_process(job: dict[str, Any]) -> tuple[Any, int]:
-    """(value, pid) of :func:`measure_request` of ``job`` in a fresh interpreter."""
+    """(value, pid) of :func:`measure_request` of ``job`` in a fresh interpreter, stopped (a
+    ``RuntimeError`` saying so) if the machine runs short of memory (:data:`MEMORY_FLOOR_MB`)."""
     # Compile jobs compile from scratch: Inductor's on-disk caches would hand later processes the
     # kernels of earlier ones.
     env = {**os.environ, "TORCHINDUCTOR_FORCE_DISABLE_CACHES": "1"} if job["kind"] == "compile" else None
-    done = subprocess.run([sys.executable, "-m", "hf_efficient_attn.tools.benchmark", json.dumps(job)],
-                          capture_output=True, text=True, check=False, env=env)
-    if done.returncode != 0:
-        raise _failed(job, f"\n{done.stderr[-2000:]}")
-    answer = json.loads(done.stdout.strip().splitlines()[-1])
+    with subprocess.Popen([sys.executable, "-m", "hf_efficient_attn.tools.benchmark", json.dumps(job)],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) as child:
+        while True:
+            try:
+                stdout, stderr = child.communicate(timeout=0.2)
+                break
+            except subprocess.TimeoutExpired:
+                if memory_available_mb() < MEMORY_FLOOR_MB:
+                    child.kill()
+                    child.communicate()
+                    raise _failed(job, f"out of memory: stopped with under {MEMORY_FLOOR_MB} MB left on the "
+                                       f"machine") from None
+    if child.returncode != 0:
+        raise _failed(job, f"\n{stderr[-2000:]}")
+    answer = json.loads(stdout.strip().splitlines()[-1])
     return answer["value"], answer["pid"]
 
 
@@ -145,12 +175,21 @@ def measure_all(jobs: list[dict[str, Any]], rounds: int = 1) -> list[Measurement
     ]
 
 
-def measure_timings(jobs: list[dict[str, Any]], rounds: int = 1) -> list[list[dict[str, float]]]:
+def skip_reason(error: RuntimeError) -> str:
+    """A failed job's reason, short enough for a table: the last line of what :func:`_failed` says
+    after naming the job (a failed process's last line of error output)."""
+    message = str(error)
+    lines = [line.strip() for line in message.partition(" failed: ")[2].splitlines() if line.strip()]
+    return lines[-1][-200:] if lines else message[-200:]
+
+
+def measure_timings(jobs: list[dict[str, Any]], rounds: int = 1) -> tuple[list[list[dict[str, float]]], dict[int, str]]:
     """The timings (a dict of seconds from a function of :data:`TIMINGS`) of every job in
-    each of ``rounds`` rounds, a fresh process per job and round; per job, the list of its rounds
-    (empty for a job whose process failed: it is reported and skipped, as in :func:`measure_all`)."""
+    each of ``rounds`` rounds, a fresh process per job and round: per job, the list of its rounds
+    (empty for a job whose process failed: it is reported and skipped, as in :func:`measure_all`);
+    and the failed jobs' reasons (:func:`skip_reason`) by index."""
     results: list[list[dict[str, float]]] = [[] for _ in jobs]
-    failed: set[int] = set()
+    failed: dict[int, str] = {}
     progress = tqdm(total=len(jobs) * rounds, desc=f"{jobs[0]['kind']} benchmark", unit="run")
     for round_index in range(rounds):
         for i, job in enumerate(jobs):
@@ -164,9 +203,9 @@ def measure_timings(jobs: list[dict[str, Any]], rounds: int = 1) -> list[list[di
                 tqdm.write(f"{job['method']:24s} n={job['seq_len']:6d} round {round_index + 1}: "
                            + ", ".join(f"{key} {value:.4g}" for key, value in timings.items()))
             except RuntimeError as error:
-                failed.add(i)
+                failed[i] = skip_reason(error)
                 results[i] = []
                 tqdm.write(f"skipped: {error}", file=sys.stderr)
             progress.update()
     progress.close()
-    return results
+    return results, failed

@@ -64,20 +64,35 @@ def mixed_lengths_table(jobs: list[dict[str, Any]], results: list[list[dict[str,
     return rows
 
 
-def onnx_table(jobs: list[dict[str, Any]], results: list[list[dict[str, float]]]) -> list[dict[str, Any]]:
-    """One row per job: eager and ONNX Runtime times, and ONNX Runtime's speed-up over the SDPA
-    model served the same way (>1 = faster)."""
-    reference = {job["seq_len"]: r for job, r in zip(jobs, results) if job["method"] == MODEL_REFERENCE}
+def onnx_table(jobs: list[dict[str, Any]], results: list[list[dict[str, float]]],
+               skipped: dict[int, str] | None = None) -> list[dict[str, Any]]:
+    """One row per job: eager and ONNX Runtime times (fp32, and int8 where measured), ONNX Runtime's
+    speed-up over the SDPA model served the same way (>1 = faster) and its time over the vmean floor
+    model's (+10% = 1.1x the floor's), each a median of per-round ratios. A job in ``skipped`` (by
+    index: its reason) keeps its row with the reason, e.g. SDPA's scores too large for the memory."""
+    skipped = skipped or {}
+
+    def rounds_of(method: str) -> dict[int, list[dict[str, float]]]:
+        return {job["seq_len"]: rounds for i, (job, rounds) in enumerate(zip(jobs, results))
+                if job["method"] == method and i not in skipped}  # fmt: skip
+
+    reference, floor = rounds_of(MODEL_REFERENCE), rounds_of(MODEL_FLOOR)
     rows = []
-    for job, rounds in zip(jobs, results):
-        row: dict[str, Any] = {
-            "method": job["method"], "n": job["seq_len"],
-            "eager_ms": round(_median(rounds, "eager_s") * 1000, 1),
-            "onnxruntime_ms": round(_median(rounds, "onnxruntime_s") * 1000, 1),
-        }
-        if job["seq_len"] in reference:
-            ratio = _median_ratio(reference[job["seq_len"]], "onnxruntime_s", rounds, "onnxruntime_s")
-            row["onnxruntime_speedup_vs_sdpa"] = round(ratio, 2)
+    for i, (job, rounds) in enumerate(zip(jobs, results)):
+        n = job["seq_len"]
+        row: dict[str, Any] = {"method": job["method"], "n": n}
+        if i in skipped:
+            rows.append({**row, "skipped": skipped[i]})
+            continue
+        row["eager_ms"] = round(_median(rounds, "eager_s") * 1000, 1)
+        for key, tag in (("onnxruntime_s", "onnxruntime"), ("onnxruntime_int8_s", "int8")):
+            if key not in rounds[0]:
+                continue
+            row[f"{tag}_ms"] = round(_median(rounds, key) * 1000, 1)
+            if n in reference:
+                row[f"{tag}_speedup_vs_sdpa"] = round(_median_ratio(reference[n], key, rounds, key), 2)
+            if n in floor:
+                row[f"{tag}_over_vmean_floor"] = f"{(_median_ratio(rounds, key, floor[n], key) - 1) * 100:+.0f}%"
         rows.append(row)
     return rows
 

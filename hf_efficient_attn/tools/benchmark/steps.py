@@ -136,32 +136,36 @@ def compile_timings(method: str, seq_len: int, *, options: dict[str, Any] | None
             "compiled_s": median_seconds(compiled_step, dev, repeats, warmup)}
 
 
-def onnx_timings(method: str, seq_len: int, *, options: dict[str, Any] | None = None, layers: int = 2,
-                 vocab_size: int = 1024, batch: int = 1, device: str = "cpu", dtype: str = "fp32", repeats: int = 3,
-                 warmup: int = 1) -> dict[str, float]:
+def onnx_timings(method: str, seq_len: int, *, options: dict[str, Any] | None = None, int8: bool = False,
+                 layers: int = 2, vocab_size: int = 1024, batch: int = 1, device: str = "cpu", dtype: str = "fp32",
+                 repeats: int = 3, warmup: int = 1) -> dict[str, float]:
     """Seconds of one inference forward of the model in eager PyTorch and in ONNX Runtime (its
-    export by :func:`serving.onnx.export_onnx`), medians of ``repeats`` calls after ``warmup``."""
+    export by :func:`serving.onnx.export_onnx`; with ``int8`` also its int8 model, quantized as
+    ``export_onnx.py --int8`` does), medians of ``repeats`` calls after ``warmup``."""
     import tempfile
 
-    import onnxruntime
-
-    from ...serving.onnx import export_onnx
+    from ...serving.encoding import INT8_FILE, ONNX_FILE, open_session
+    from ...serving.onnx import export_onnx, quantize_int8
 
     torch.manual_seed(0)
     model = build_mlm_model(method, seq_len, layers, vocab_size, options).eval()
     input_ids = torch.randint(3, vocab_size, (batch, seq_len))
     inputs = {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids)}
     with torch.no_grad():
-        eager = median_seconds(lambda: model(**inputs), torch.device("cpu"), repeats, warmup)
-    with tempfile.TemporaryDirectory() as folder:
-        export_onnx(model, f"{folder}/model.onnx", min(seq_len, 128))
-        options = onnxruntime.SessionOptions()
-        options.intra_op_num_threads = torch.get_num_threads()
-        session = onnxruntime.InferenceSession(f"{folder}/model.onnx", options, providers=["CPUExecutionProvider"])
-        feed = {name: tensor.numpy() for name, tensor in inputs.items()}
-        served = median_seconds(lambda: session.run(None, feed), torch.device("cpu"), repeats, warmup)
-    return {"eager_s": eager, "onnxruntime_s": served}
+        timings = {"eager_s": median_seconds(lambda: model(**inputs), torch.device("cpu"), repeats, warmup)}
+    feed = {name: tensor.numpy() for name, tensor in inputs.items()}
 
+    def served(path: str) -> float:  # the session (and its buffers) gone before the next one
+        session = open_session(path, torch.get_num_threads())
+        return median_seconds(lambda: session.run(None, feed), torch.device("cpu"), repeats, warmup)
+
+    with tempfile.TemporaryDirectory() as folder:
+        export_onnx(model, f"{folder}/{ONNX_FILE}", min(seq_len, 128))
+        timings["onnxruntime_s"] = served(f"{folder}/{ONNX_FILE}")
+        if int8:
+            quantize_int8(f"{folder}/{ONNX_FILE}", f"{folder}/{INT8_FILE}")
+            timings["onnxruntime_int8_s"] = served(f"{folder}/{INT8_FILE}")
+    return timings
 
 
 #: Documents of the mixed-length benchmark: the first offline Wikipedia articles (their token counts).
