@@ -76,9 +76,7 @@ def method_options(name: str) -> dict[str, MethodOption]:
     return {f.name: MethodOption(f.default, f.metadata.get("help", "")) for f in fields}
 
 
-def resolve_options(
-    name: str, overrides: dict[str, Any] | None = None, base: dict[str, Any] | None = None
-) -> MethodOptions:
+def resolve_options(name: str, overrides: dict[str, Any] | None = None, base: dict[str, Any] | None = None) -> MethodOptions:
     """Defaults of ``name`` updated by ``base`` (e.g. saved options), then by ``overrides``;
     validated; unknown keys or a non-dict raise ``ValueError``."""
     options_cls = get_method_class(name).options_cls
@@ -141,9 +139,7 @@ def method_named_by(attn_implementation: str | dict | None) -> str | None:
     return name if name in _METHODS else None
 
 
-def resolve_method(
-    config: Any, attn_impl: str | None = None, attn_config: dict[str, Any] | None = None
-) -> MethodChoice | None:
+def resolve_method(config: Any, attn_impl: str | None = None, attn_config: dict[str, Any] | None = None) -> MethodChoice | None:
     """The one rule for which method a model runs, and with which options; called once per model
     built or patched (by ``hea.AutoModel*``, which hands the choice to the model it builds, by
     ``patch_model``, and by the model's ``__init__`` when plain Transformers builds it):

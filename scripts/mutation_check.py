@@ -28,8 +28,7 @@ from mutations import MUTATIONS, Mutation  # noqa: E402
 
 #: What a copy needs to run the tests (no .git, no virtual environment, no outputs; the docs, which
 #: tests read and some mutations change).
-COPIED = ("hf_efficient_attn", "model_cards", "tests", "scripts", "configs", "docs", "README.md", "setup.cfg",
-          "pyproject.toml")
+COPIED = ("hf_efficient_attn", "model_cards", "tests", "scripts", "configs", "docs", "README.md", "setup.cfg", "pyproject.toml")
 
 
 def copy_repository(destination: str) -> None:
@@ -68,9 +67,7 @@ def run_tests(root: str, tests: tuple[str, ...], timeout: int) -> tuple[str, flo
     command = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *pytest_arguments(tests)]
     start = time.monotonic()
     try:
-        result = subprocess.run(
-            command, check=False, cwd=root, env=env, capture_output=True, text=True, timeout=timeout
-        )
+        result = subprocess.run(command, check=False, cwd=root, env=env, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         return "timeout", time.monotonic() - start
     status = {0: "passed", 1: "failed"}.get(result.returncode, "error")

@@ -33,8 +33,15 @@ def tiny_model(method: str, arch: str = "bert", train: bool = False, max_len: in
     """A 2-layer encoder (hidden 64, 2 heads, no dropout, so that training steps are deterministic)
     patched with ``method`` and ``SMALL_OPTIONS`` updated by ``options``; weights from the global RNG."""
     config = T.AutoConfig.for_model(
-        arch, vocab_size=VOCAB, hidden_size=64, num_hidden_layers=2, num_attention_heads=2, intermediate_size=128,
-        max_position_embeddings=max_len + 2, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+        arch,
+        vocab_size=VOCAB,
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=128,
+        max_position_embeddings=max_len + 2,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
     )
     options = {**SMALL_OPTIONS.get(method, {}), **options}
     return hea.AutoModel.from_config(config, attn_impl=method, attn_config=options).train(train)
@@ -97,8 +104,12 @@ def onnx_round_trip(model: nn.Module, batches: list[tuple[torch.Tensor, torch.Te
 
     ids, mask = batches[0]
     program = torch.onnx.export(
-        LastHidden(model), (), kwargs={"input_ids": ids, "attention_mask": mask},
-        dynamic_shapes=dynamic_shapes(), dynamo=True, verbose=False,
+        LastHidden(model),
+        (),
+        kwargs={"input_ids": ids, "attention_mask": mask},
+        dynamic_shapes=dynamic_shapes(),
+        dynamo=True,
+        verbose=False,
     )
     program.save(str(path))
     session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])

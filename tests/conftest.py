@@ -10,9 +10,11 @@ import torch  # noqa: E402
 
 def pytest_addoption(parser):
     parser.addoption(
-        "--device", default="cpu", choices=["cpu", "cuda"],
+        "--device",
+        default="cpu",
+        choices=["cpu", "cuda"],
         help="Device of the tests marked `device` (torch's default device while they run). With cuda, only "
-             "those tests run: every method against its reference, dtypes, padding, gradients, mra2 backends.",
+        "those tests run: every method against its reference, dtypes, padding, gradients, mra2 backends.",
     )
 
 

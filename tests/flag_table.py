@@ -515,16 +515,34 @@ FLAG_TESTS: dict[str, dict[str, str]] = {
 
 #: The public Python API whose keyword arguments need an effect test, as "module:attribute".
 PUBLIC_FUNCTIONS = [
-    *(f"hf_efficient_attn:{name}" for name in (
-        "efficient_attention", "extend_position_embeddings", "load_preset", "method_options", "modules_to_save",
-        "patch_model", "register_method", "unpatch_model",
-    )),
+    *(
+        f"hf_efficient_attn:{name}"
+        for name in (
+            "efficient_attention",
+            "extend_position_embeddings",
+            "load_preset",
+            "method_options",
+            "modules_to_save",
+            "patch_model",
+            "register_method",
+            "unpatch_model",
+        )
+    ),
     "hf_efficient_attn:AutoModel.from_pretrained",
     "hf_efficient_attn:AutoModel.from_config",
-    *(f"hf_efficient_attn.hub:{name}" for name in (
-        "build_model_card", "export_variant", "load_variant", "prepare_upload", "push_variant", "upload_variant",
-        "variant_name", "write_remote_code",
-    )),
+    *(
+        f"hf_efficient_attn.hub:{name}"
+        for name in (
+            "build_model_card",
+            "export_variant",
+            "load_variant",
+            "prepare_upload",
+            "push_variant",
+            "upload_variant",
+            "variant_name",
+            "write_remote_code",
+        )
+    ),
     *(f"hf_efficient_attn.serving:{name}" for name in ("encode", "export_folder", "export_onnx", "validate")),
 ]
 

@@ -130,6 +130,4 @@ def write_task_files(folder: str, task: str) -> dict[str, str]:
 def as_test(rows: list[dict]) -> list[dict]:
     """The rows as the Hub's test split holds them: an ``idx`` column (here counting from 100,
     so that it differs from the row position) and label -1."""
-    return [
-        {"idx": 100 + i, **{k: v for k, v in row.items() if k != "label"}, "label": -1} for i, row in enumerate(rows)
-    ]
+    return [{"idx": 100 + i, **{k: v for k, v in row.items() if k != "label"}, "label": -1} for i, row in enumerate(rows)]

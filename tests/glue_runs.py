@@ -16,9 +16,7 @@ def make_workspace(root):
     return {
         "root": root,
         "model": save_tiny_mlm(str(root / "tiny")),
-        "no_dropout": save_tiny_mlm(
-            str(root / "tiny-no-dropout"), hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0
-        ),
+        "no_dropout": save_tiny_mlm(str(root / "tiny-no-dropout"), hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0),
         "files": {task: write_task_files(str(root / task), task) for task in ("cola", "mrpc", "stsb", "mnli")},
     }
 
@@ -35,9 +33,7 @@ def run_config(workspace, task, output_dir, **overrides):
         "output_dir": str(output_dir),
     }  # fmt: skip
     if task == "mnli":
-        config.update(
-            validation_mismatched_file=files["validation_mismatched"], test_mismatched_file=files["test_mismatched"]
-        )
+        config.update(validation_mismatched_file=files["validation_mismatched"], test_mismatched_file=files["test_mismatched"])
     config.update(overrides)
     return {key: value for key, value in config.items() if value is not None}
 
@@ -64,9 +60,9 @@ def read_rows(path):
         return [json.loads(line) for line in read_text(path).splitlines()]
     import pandas as pd
 
-    return pd.read_csv(
-        path, sep="\t" if path.endswith(".tsv") else ",", quoting=3 if path.endswith(".tsv") else 0
-    ).to_dict("records")
+    return pd.read_csv(path, sep="\t" if path.endswith(".tsv") else ",", quoting=3 if path.endswith(".tsv") else 0).to_dict(
+        "records"
+    )
 
 
 def read_text(path):

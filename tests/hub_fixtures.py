@@ -30,9 +30,7 @@ BERT_BASE, ROBERTA_BASE = "google-bert/bert-base-uncased", "FacebookAI/roberta-b
 BERT_WORDS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + (
     "the a of to and in is was for on with as by at it an be this that from he she they we you not but or"
 ).split()
-ROBERTA_TOKENS = (
-    ["<s>", "<pad>", "</s>", "<unk>", "<mask>"] + list("abcdefghijklmnopqrstuvwxyz") + ["Ġ", "Ġt", "he", "Ġthe"]
-)
+ROBERTA_TOKENS = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"] + list("abcdefghijklmnopqrstuvwxyz") + ["Ġ", "Ġt", "he", "Ġthe"]
 TEXT = "the cat was on the mat, and she was not"
 
 #: Runs in a fresh process: the plugin cannot be imported there; each folder is loaded by plain
@@ -60,14 +58,13 @@ PLUGIN_FREE_LOADER = textwrap.dedent(
     """
 )
 
+
 def bert_tokenizer() -> T.PreTrainedTokenizerBase:
     return T.BertTokenizer(vocab={w: i for i, w in enumerate(BERT_WORDS)})
 
 
 def roberta_tokenizer() -> T.PreTrainedTokenizerBase:
-    return T.RobertaTokenizer(
-        vocab={t: i for i, t in enumerate(ROBERTA_TOKENS)}, merges=[("Ġ", "t"), ("h", "e"), ("Ġt", "he")]
-    )
+    return T.RobertaTokenizer(vocab={t: i for i, t in enumerate(ROBERTA_TOKENS)}, merges=[("Ġ", "t"), ("h", "e"), ("Ġt", "he")])
 
 
 BERT_VOCAB_TYPES = ("bert", "electra")  # WordPiece; the others take the byte-level BPE tokenizer
@@ -186,7 +183,10 @@ SMALL_BUDGETS = {"k": 16, "num_features": 16, "num_samples": 8, "num_landmarks":
 def small_options(name: str, **extra) -> dict:
     """The options of ``SMALL_BUDGETS`` (and ``extra``) that method ``name`` has."""
     return {o: v for o, v in {**SMALL_BUDGETS, **extra}.items() if o in hea.method_options(name)}
+
+
 CASES = ["bert-mra2-patched", "roberta-performer-converted", "bert-linformer-trained", "roberta-mra2-4096"]
+
 
 def build_variants(tmp: Path) -> dict[str, Shared]:
     """The four cases of issue 9 (keys ``CASES``), every method on a tiny BERT (``method-NAME``) and
@@ -218,9 +218,7 @@ def build_variants(tmp: Path) -> dict[str, Shared]:
     author = hea.AutoModelForSequenceClassification.from_pretrained(
         tmp / "roberta-src", attn_impl="performer", attn_config=options
     )
-    made[CASES[1]] = Shared(
-        Path(folder), author, "AutoModelForSequenceClassification", padded_batch(author.config, 40, 27)
-    )
+    made[CASES[1]] = Shared(Path(folder), author, "AutoModelForSequenceClassification", padded_batch(author.config, 40, 27))
 
     run_dir = tmp / "linformer-run"  # Linformer's learnable projections, trained; through the CLI
     train_linformer_classifier(run_dir)
@@ -229,9 +227,7 @@ def build_variants(tmp: Path) -> dict[str, Shared]:
         f"--results_file {run_dir / 'eval_results.json'} --dataset_config_name sst2 --dry_run {tmp / CASES[2]}".split()
     )
     author = hea.AutoModelForSequenceClassification.from_pretrained(run_dir)
-    made[CASES[2]] = Shared(
-        tmp / CASES[2], author, "AutoModelForSequenceClassification", padded_batch(author.config, 32, 20)
-    )
+    made[CASES[2]] = Shared(tmp / CASES[2], author, "AutoModelForSequenceClassification", padded_batch(author.config, 32, 20))
 
     torch.manual_seed(0)  # RoBERTa stretched to 4096 tokens (extend first, then patch), gather backend
     model = hea.extend_position_embeddings(T.RobertaForMaskedLM(tiny_config("roberta")), max_length=4096)
@@ -253,9 +249,7 @@ def build_variants(tmp: Path) -> dict[str, Shared]:
 
     for model_type in ARCHITECTURES:  # every supported architecture, BERT excepted (above)
         torch.manual_seed(0)
-        model = hea.patch_model(
-            T.AutoModel.from_config(tiny_config(model_type)), "mra2", {"block_size": 8, "block_per_row": 1}
-        )
+        model = hea.patch_model(T.AutoModel.from_config(tiny_config(model_type)), "mra2", {"block_size": 8, "block_per_row": 1})
         folder = export_variant(
             model,
             tokenizer_for(model_type),

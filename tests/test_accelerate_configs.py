@@ -45,10 +45,6 @@ def test_fsdp_config_wraps_the_encoder_layers_only_of_a_patched_model():
         plugin = FullyShardedDataParallelPlugin()
     model = hea.patch_model(T.AutoModelForMaskedLM.from_config(tiny_config("roberta")), "linformer", {"k": 8})
     plugin.set_auto_wrap_policy(model)
-    wrapped = {
-        type(m).__name__
-        for m in model.modules()
-        if plugin.auto_wrap_policy(module=m, recurse=False, nonwrapped_numel=0)
-    }
+    wrapped = {type(m).__name__ for m in model.modules() if plugin.auto_wrap_policy(module=m, recurse=False, nonwrapped_numel=0)}
     assert wrapped == {"RobertaLayer"}  # not RobertaEmbeddings too: Accelerate 1.15 would shard it twice
     assert "FULL_STATE_DICT" in str(plugin.state_dict_type)  # the saved model reloads without accelerate

@@ -44,8 +44,15 @@ def loading(monkeypatch):
     return seen
 
 
-HUB_KEYWORDS = dict(revision="v2.1", cache_dir="/tmp/elsewhere", force_download=True, local_files_only=True,
-                    proxies={"https": "proxy:1"}, subfolder="encoder", token="hf_secret")
+HUB_KEYWORDS = dict(
+    revision="v2.1",
+    cache_dir="/tmp/elsewhere",
+    force_download=True,
+    local_files_only=True,
+    proxies={"https": "proxy:1"},
+    subfolder="encoder",
+    token="hf_secret",
+)
 
 
 @pytest.mark.parametrize("keyword", list(HUB_KEYWORDS))
@@ -57,8 +64,9 @@ def test_hub_keywords_reach_the_config_and_the_weights(loading, keyword):
     assert loading.config[keyword] == loading.model[keyword] == HUB_KEYWORDS[keyword]
 
 
-@pytest.mark.parametrize("keyword, value", [("dtype", torch.bfloat16), ("torch_dtype", torch.float16),
-                                            ("quantization_config", {"load_in_8bit": True})])
+@pytest.mark.parametrize(
+    "keyword, value", [("dtype", torch.bfloat16), ("torch_dtype", torch.float16), ("quantization_config", {"load_in_8bit": True})]
+)
 def test_model_keywords_reach_the_weights_only(loading, keyword, value):
     hea.AutoModel.from_pretrained("someone/model", attn_impl="mra2", **{keyword: value})
     assert loading.model[keyword] == value and keyword not in loading.config
@@ -190,8 +198,7 @@ def variant(tmp_path):
 def test_export_onnx_keywords_reach_the_exporter(variant, tmp_path, monkeypatch):
     """model, path, seq_len (the length of the example inputs) and opset reach ``torch.onnx.export``."""
     exported = []
-    monkeypatch.setattr(serving.torch.onnx, "export", lambda model, args, path, **kwargs: exported.append(
-        (model, path, kwargs)))
+    monkeypatch.setattr(serving.torch.onnx, "export", lambda model, args, path, **kwargs: exported.append((model, path, kwargs)))
     model, _ = variant
     serving.export_onnx(model, tmp_path / "m.onnx", 48, opset=17)
     ((got, path, kwargs),) = exported
@@ -204,8 +211,9 @@ def test_export_folder_keywords(variant, tmp_path, monkeypatch):
     at each of check_lengths, each check with its own batch (seed)."""
     exports, checks = [], []
     monkeypatch.setattr(serving, "export_onnx", lambda model, path, n, opset: exports.append((model, path, n, opset)))
-    monkeypatch.setattr(serving, "validate", lambda model, path, n, seed: checks.append((path, n, seed))
-                        or serving.Validation(n, {"logits": 0.0}))
+    monkeypatch.setattr(
+        serving, "validate", lambda model, path, n, seed: checks.append((path, n, seed)) or serving.Validation(n, {"logits": 0.0})
+    )
     model, folder = variant
     serving.export_folder(str(folder), tmp_path / "out", seq_len=40, check_lengths=[20, 90], opset=18)
     ((exported, path, n, opset),) = exports

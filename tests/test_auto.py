@@ -24,9 +24,11 @@ def plain_bert(tmp_path_factory):
 @pytest.mark.parametrize("attn_impl", ["mra2", None])
 def test_config_keywords_reach_the_config(plain_bert, attn_impl):
     model = hea.AutoModelForSequenceClassification.from_pretrained(
-        plain_bert, attn_impl=attn_impl, num_labels=3, hidden_dropout_prob=0.25, id2label={0: "a", 1: "b", 2: "c"})
+        plain_bert, attn_impl=attn_impl, num_labels=3, hidden_dropout_prob=0.25, id2label={0: "a", 1: "b", 2: "c"}
+    )
     reference = T.AutoModelForSequenceClassification.from_pretrained(
-        plain_bert, num_labels=3, hidden_dropout_prob=0.25, id2label={0: "a", 1: "b", 2: "c"})
+        plain_bert, num_labels=3, hidden_dropout_prob=0.25, id2label={0: "a", 1: "b", 2: "c"}
+    )
     for key in ("num_labels", "hidden_dropout_prob", "id2label"):
         assert getattr(model.config, key) == getattr(reference.config, key)
     assert model.classifier.out_features == 3
@@ -123,8 +125,12 @@ def test_pretraining_models_reload_as_themselves(tmp_path, model_type, model_cla
     assert type(reloaded).__name__ == model_class and reloaded.config.attn_impl == "performer"
     ids, mask = batch()
     with torch.no_grad():
-        a, b = (m(input_ids=ids, attention_mask=mask).prediction_logits if model_type == "bert"
-                else m(input_ids=ids, attention_mask=mask).logits for m in (model, reloaded))
+        a, b = (
+            m(input_ids=ids, attention_mask=mask).prediction_logits
+            if model_type == "bert"
+            else m(input_ids=ids, attention_mask=mask).logits
+            for m in (model, reloaded)
+        )
     torch.testing.assert_close(a[0], b[0])
     torch.testing.assert_close(a[1, :REAL], b[1, :REAL])
 

@@ -19,35 +19,42 @@ from hf_efficient_attn.tools.benchmark.processes import Measurement
 from hf_efficient_attn.utils.cli_errors import run_cli
 
 
-@pytest.mark.parametrize("argv, match", [
-    (["--methods", "mra3"], "--methods: unknown method 'mra3'; known methods: informer, "),
-    (["--methods", "sdpa"], "--methods: unknown method 'sdpa'"),  # Transformers' SDPA: whole-model benchmarks only
-    (["--methods", "mra2,mra2"], "each method once"),
-    (["--methods", "mra2", "--attn_config", '{"mra2": {"block_per_rows": 2}}'],
-     r"--attn_config 'mra2': unknown option\(s\) \['block_per_rows'\] for method 'mra2'; its options are"),
-    (["--methods", "mra2", "--attn_config", '{"mra2": {"backend": "triton"}}'], "--attn_config 'mra2': .*backend"),
-    (["--methods", "mra2", "--attn_config", "mra2:block_per_row=2"], "--attn_config must be a JSON object such as"),
-    (["--methods", "mra2", "--attn_config", '{"block_per_row": 2}'],
-     "--attn_config: 'block_per_row' is not a method of this run; its keys are: softmax, mra2"),
-    (["--methods", "mra2", "--attn_config", '{"mra2": 2}'], "the options of 'mra2' must be a JSON object"),
-    (["--model", "--forward_only"], "--forward_only"),
-    (["--dtype", "fp8"], "--dtype 'fp8': allowed: fp32, bf16, fp16"),
-    (["--device", "tpu"], "--device 'tpu': allowed: cpu, cuda"),
-    (["--layers", "0"], "--layers"),
-    (["--seq_lens", "0"], "--seq_lens"),
-    (["--threads", "0"], "--threads"),
-    (["--model", "--rounds", "0"], "--rounds"),
-    (["--model", "--warmup", "-1"], "--warmup"),
-    (["--model", "--compile"], "four benchmarks"),
-    (["--onnx", "--compile"], "four benchmarks"),
-    (["--onnx", "--dtype", "bf16"], "--onnx times ONNX Runtime's CPU provider in fp32"),
-    (["--train"], "--train applies to --compile"),
-    (["--model", "--int8"], "--int8 applies to --onnx only"),
-    (["--compile", "--forward_only"], "--forward_only"),
-    (["--glibc_malloc"], "--glibc_malloc applies to --model on CPU only"),
-    (["--out_dir", "x"], r"unknown flag --out_dir \(did you mean --output_dir\?\)"),
-    (["--methods", "mra2:block_per_row=2"], "unknown method 'mra2:block_per_row=2'"),  # the old spelling is gone
-])
+@pytest.mark.parametrize(
+    "argv, match",
+    [
+        (["--methods", "mra3"], "--methods: unknown method 'mra3'; known methods: informer, "),
+        (["--methods", "sdpa"], "--methods: unknown method 'sdpa'"),  # Transformers' SDPA: whole-model benchmarks only
+        (["--methods", "mra2,mra2"], "each method once"),
+        (
+            ["--methods", "mra2", "--attn_config", '{"mra2": {"block_per_rows": 2}}'],
+            r"--attn_config 'mra2': unknown option\(s\) \['block_per_rows'\] for method 'mra2'; its options are",
+        ),
+        (["--methods", "mra2", "--attn_config", '{"mra2": {"backend": "triton"}}'], "--attn_config 'mra2': .*backend"),
+        (["--methods", "mra2", "--attn_config", "mra2:block_per_row=2"], "--attn_config must be a JSON object such as"),
+        (
+            ["--methods", "mra2", "--attn_config", '{"block_per_row": 2}'],
+            "--attn_config: 'block_per_row' is not a method of this run; its keys are: softmax, mra2",
+        ),
+        (["--methods", "mra2", "--attn_config", '{"mra2": 2}'], "the options of 'mra2' must be a JSON object"),
+        (["--model", "--forward_only"], "--forward_only"),
+        (["--dtype", "fp8"], "--dtype 'fp8': allowed: fp32, bf16, fp16"),
+        (["--device", "tpu"], "--device 'tpu': allowed: cpu, cuda"),
+        (["--layers", "0"], "--layers"),
+        (["--seq_lens", "0"], "--seq_lens"),
+        (["--threads", "0"], "--threads"),
+        (["--model", "--rounds", "0"], "--rounds"),
+        (["--model", "--warmup", "-1"], "--warmup"),
+        (["--model", "--compile"], "four benchmarks"),
+        (["--onnx", "--compile"], "four benchmarks"),
+        (["--onnx", "--dtype", "bf16"], "--onnx times ONNX Runtime's CPU provider in fp32"),
+        (["--train"], "--train applies to --compile"),
+        (["--model", "--int8"], "--int8 applies to --onnx only"),
+        (["--compile", "--forward_only"], "--forward_only"),
+        (["--glibc_malloc"], "--glibc_malloc applies to --model on CPU only"),
+        (["--out_dir", "x"], r"unknown flag --out_dir \(did you mean --output_dir\?\)"),
+        (["--methods", "mra2:block_per_row=2"], "unknown method 'mra2:block_per_row=2'"),  # the old spelling is gone
+    ],
+)
 def test_bad_command_lines_are_one_error_line_before_anything_runs(argv, match, capsys, monkeypatch):
     """Every bad command line is one ``error:`` line naming what is allowed, exit status 2, no
     traceback, and nothing is measured."""
@@ -65,8 +72,17 @@ def test_methods_and_their_options_reach_the_jobs(monkeypatch):
     jobs = []
     monkeypatch.setattr(cli, "measure_all", lambda js, rounds: jobs.extend(js) or [])
     monkeypatch.setattr(cli, "write_outputs", lambda *a: None)
-    cli.main(["--model", "--methods", "sdpa,mra2,nystromformer", "--seq_lens", "32", "--attn_config",
-                    '{"mra2": {"block_per_row": 2}, "vmean": {}}'])
+    cli.main(
+        [
+            "--model",
+            "--methods",
+            "sdpa,mra2,nystromformer",
+            "--seq_lens",
+            "32",
+            "--attn_config",
+            '{"mra2": {"block_per_row": 2}, "vmean": {}}',
+        ]
+    )
     assert [job["method"] for job in jobs] == ["sdpa", "vmean", "mra2", "nystromformer"]
     assert [job["options"] for job in jobs] == [{}, {}, {"block_per_row": 2}, {}]
     jobs.clear()
@@ -77,8 +93,17 @@ def test_methods_and_their_options_reach_the_jobs(monkeypatch):
 def test_a_json_configuration_is_the_whole_command_line(tmp_path):
     """A single .json argument holds the flags (a list of methods, the options as an object)."""
     path = tmp_path / "benchmark.json"
-    path.write_text(json.dumps({"model": True, "methods": ["mra2"], "seq_lens": [64],
-                                "attn_config": {"mra2": {"block_per_row": 2}}, "output_dir": str(tmp_path)}))
+    path.write_text(
+        json.dumps(
+            {
+                "model": True,
+                "methods": ["mra2"],
+                "seq_lens": [64],
+                "attn_config": {"mra2": {"block_per_row": 2}},
+                "output_dir": str(tmp_path),
+            }
+        )
+    )
     args = cli.parse_args([str(path)])
     assert args.measured == ["sdpa", "vmean", "mra2"] and args.method_configs == {"mra2": {"block_per_row": 2}}
     assert (args.seq_lens, args.rounds) == ([64], 3)
@@ -112,6 +137,7 @@ def test_compile_inputs_are_a_padded_batch():
 def test_the_timed_calls_follow_the_warm_up_calls():
     """Only calls after ``warmup`` untimed ones are timed: a step slow on its first two calls is
     timed slow after one warm-up call and fast after two."""
+
     def step_slow_at_first():
         calls.append(1)
         if len(calls) <= 2:
@@ -147,22 +173,36 @@ def test_cuda_attention_and_model_steps_are_measured_in_this_process():
 def test_a_failed_timing_job_is_skipped_and_the_others_are_kept(monkeypatch):
     def measure(what, **job):
         if job["method"] == "mra2":
-            raise RuntimeError("compile benchmark (time) of mra2 at n=64 failed: \nTraceback (most recent call "
-                               "last):\n  File ...\nMemoryError: cannot allocate\n")
+            raise RuntimeError(
+                "compile benchmark (time) of mra2 at n=64 failed: \nTraceback (most recent call "
+                "last):\n  File ...\nMemoryError: cannot allocate\n"
+            )
         return {"eager_s": 1.0}, 0
 
     monkeypatch.setattr(processes, "measure_job", measure)
     jobs = [{"method": m, "seq_len": 64, "kind": "compile"} for m in ("sdpa", "mra2", "nystromformer")]
     assert processes.measure_timings(jobs, rounds=2) == (
-        [[{"eager_s": 1.0}] * 2, [], [{"eager_s": 1.0}] * 2], {1: "MemoryError: cannot allocate"})
+        [[{"eager_s": 1.0}] * 2, [], [{"eager_s": 1.0}] * 2],
+        {1: "MemoryError: cannot allocate"},
+    )
 
 
 def test_a_process_that_runs_the_machine_out_of_memory_is_stopped(monkeypatch):
     """A measuring process is killed, and its job reported as out of memory, once the machine's
     available memory falls under the floor (here at once), before the kernel's OOM killer acts."""
     monkeypatch.setattr(processes, "memory_available_mb", lambda: processes.MEMORY_FLOOR_MB - 1)
-    job = {"kind": "onnx", "measure": "time", "method": "sdpa", "seq_len": 64, "device": "cpu", "repeats": 1,
-           "warmup": 0, "threads": 1, "layers": 1, "vocab_size": 64}
+    job = {
+        "kind": "onnx",
+        "measure": "time",
+        "method": "sdpa",
+        "seq_len": 64,
+        "device": "cpu",
+        "repeats": 1,
+        "warmup": 0,
+        "threads": 1,
+        "layers": 1,
+        "vocab_size": 64,
+    }
     start = time.perf_counter()
     with pytest.raises(RuntimeError, match="onnx benchmark .* of sdpa at n=64 failed: out of memory") as failure:
         processes.measure_in_fresh_process(job)
@@ -285,8 +325,12 @@ def fake(method, n, seconds, peak, mode="train step"):
 
 
 def test_model_step_table_ratios():
-    measurements = [fake("sdpa", 4096, 4.0, 400.0), fake("vmean", 4096, 2.0, 300.0),
-                    fake("mra2", 4096, 2.2, 200.0), fake("mra2", 8192, 5.0, 500.0)]
+    measurements = [
+        fake("sdpa", 4096, 4.0, 400.0),
+        fake("vmean", 4096, 2.0, 300.0),
+        fake("mra2", 4096, 2.2, 200.0),
+        fake("mra2", 8192, 5.0, 500.0),
+    ]
     rows = {(r["method"], r["n"]): r for r in report.model_step_table(measurements, batch=2)}
     mra = rows["mra2", 4096]
     assert mra["tokens_per_s"] == round(2 * 4096 / 2.2)
@@ -310,8 +354,11 @@ def test_ratios_pair_the_rounds_so_that_drift_between_rounds_cancels():
 
 
 def test_attention_table_ratios():
-    measurements = [fake("softmax", 1024, 0.2, 100.0, "forward"), fake("mra2", 1024, 0.05, 50.0, "forward"),
-                    fake("mra2", 1024, 0.1, 80.0, "forward+backward")]
+    measurements = [
+        fake("softmax", 1024, 0.2, 100.0, "forward"),
+        fake("mra2", 1024, 0.05, 50.0, "forward"),
+        fake("mra2", 1024, 0.1, 80.0, "forward+backward"),
+    ]
     rows = {r["method"]: r for r in report.attention_table(measurements)}
     assert rows["mra2"]["fwd_speedup"] == 4.0 and rows["mra2"]["fwd_mem_ratio"] == 2.0
     assert rows["mra2"]["fwdbwd_ms"] == 100.0 and "fwdbwd_speedup" not in rows["mra2"]
@@ -322,8 +369,25 @@ def test_model_benchmark_command_line_end_to_end(tmp_path):
     """The README's command at a tiny size: every measurement in its own fresh process, the table
     (md, csv) consistent with the raw measurements, and a plot."""
     # One length and one method: every measurement is a fresh process (9 here), the test's cost.
-    cli.main(["--model", "--methods", "mra2", "--attn_config", '{"mra2": {"block_per_row": 2}}',
-              "--seq_lens", "64", "--layers", "1", "--vocab_size", "64", "--rounds", "2", "--output_dir", str(tmp_path)])
+    cli.main(
+        [
+            "--model",
+            "--methods",
+            "mra2",
+            "--attn_config",
+            '{"mra2": {"block_per_row": 2}}',
+            "--seq_lens",
+            "64",
+            "--layers",
+            "1",
+            "--vocab_size",
+            "64",
+            "--rounds",
+            "2",
+            "--output_dir",
+            str(tmp_path),
+        ]
+    )
     measurements = [Measurement(**m) for m in json.loads((tmp_path / "model_step.json").read_text())]
     assert sorted((m.method, m.seq_len) for m in measurements) == sorted((s, 64) for s in ["sdpa", "vmean", "mra2"])
     pids = {pid for m in measurements for pid in m.pids}  # time in each of 2 rounds, memory once
@@ -347,8 +411,23 @@ def test_model_benchmark_command_line_end_to_end(tmp_path):
 def test_compile_benchmark_command_line_end_to_end(tmp_path):
     """--compile at a tiny size: eager, first compiled call and compiled times for SDPA and a method,
     the first call including compilation, and the ratios derived from the times."""
-    cli.main(["--compile", "--methods", "softmax", "--seq_lens", "64", "--layers", "1", "--vocab_size", "64",
-                    "--repeats", "1", "--output_dir", str(tmp_path)])
+    cli.main(
+        [
+            "--compile",
+            "--methods",
+            "softmax",
+            "--seq_lens",
+            "64",
+            "--layers",
+            "1",
+            "--vocab_size",
+            "64",
+            "--repeats",
+            "1",
+            "--output_dir",
+            str(tmp_path),
+        ]
+    )
     rows = json.loads((tmp_path / "compile.json").read_text())["rows"]
     assert [r["method"] for r in rows] == ["sdpa", "softmax"] and {r["call"] for r in rows} == {"forward"}
     for row in rows:
@@ -362,15 +441,32 @@ def test_compile_benchmark_command_line_end_to_end(tmp_path):
 def test_onnx_benchmark_command_line_end_to_end(tmp_path):
     """--onnx --int8 at a tiny size: eager, ONNX Runtime and int8 times for SDPA and the vmean floor,
     in fresh processes."""
-    cli.main(["--onnx", "--int8", "--methods", "vmean", "--seq_lens", "64", "--layers", "1", "--vocab_size", "64",
-              "--rounds", "2", "--output_dir", str(tmp_path)])
+    cli.main(
+        [
+            "--onnx",
+            "--int8",
+            "--methods",
+            "vmean",
+            "--seq_lens",
+            "64",
+            "--layers",
+            "1",
+            "--vocab_size",
+            "64",
+            "--rounds",
+            "2",
+            "--output_dir",
+            str(tmp_path),
+        ]
+    )
     saved = json.loads((tmp_path / "onnx.json").read_text())
     rows, rounds = saved["rows"], saved["rounds"]
     assert [r["method"] for r in rows] == ["sdpa", "vmean"] and all(len(r) == 2 for r in rounds)
     for row, measured in zip(rows, rounds):
         assert row["onnxruntime_ms"] > 0 and row["eager_ms"] > 0 and row["int8_ms"] > 0
-        assert row["onnxruntime_ms"] == round(sorted(m["onnxruntime_s"] for m in measured)[0] * 500
-                                              + sorted(m["onnxruntime_s"] for m in measured)[1] * 500, 1)
+        assert row["onnxruntime_ms"] == round(
+            sorted(m["onnxruntime_s"] for m in measured)[0] * 500 + sorted(m["onnxruntime_s"] for m in measured)[1] * 500, 1
+        )
     sdpa, mine = rounds
     per_round = sorted(s["onnxruntime_s"] / m["onnxruntime_s"] for s, m in zip(sdpa, mine))
     assert rows[1]["onnxruntime_speedup_vs_sdpa"] == round(sum(per_round) / 2, 2)

@@ -229,9 +229,17 @@ def test_extending_after_patching_linformer_is_refused():
 
 #: Budgets small enough that each method approximates at SEQ tokens (at their defaults MRA-2 and
 #: Nystromformer are exact there, and could not be told from softmax).
-SMALL_BUDGETS = {"mra2": {"block_per_row": 1}, "mra2_s": {"block_per_row": 1}, "nystromformer": {"num_landmarks": 4},
-                 "linformer": {"k": 16}, "performer": {"num_features": 16}, "skeinformer": {"num_samples": 8},
-                 "informer": {"factor": 1}, "skyformer": {"num_landmarks": 8}, "yoso": {"num_hash": 4}}
+SMALL_BUDGETS = {
+    "mra2": {"block_per_row": 1},
+    "mra2_s": {"block_per_row": 1},
+    "nystromformer": {"num_landmarks": 4},
+    "linformer": {"k": 16},
+    "performer": {"num_features": 16},
+    "skeinformer": {"num_samples": 8},
+    "informer": {"factor": 1},
+    "skyformer": {"num_landmarks": 8},
+    "yoso": {"num_hash": 4},
+}
 
 
 @pytest.mark.device
@@ -245,8 +253,9 @@ def test_every_method_on_every_architecture(model_type, method, device):
 
     # Weights larger than BERT's initialisation (0.02), so that attention is not near uniform, where
     # every method would equal exact attention.
-    model = hea.AutoModel.from_config(tiny_config(model_type, initializer_range=0.3), attn_impl=method,
-                                      attn_config=SMALL_BUDGETS.get(method, {}))
+    model = hea.AutoModel.from_config(
+        tiny_config(model_type, initializer_range=0.3), attn_impl=method, attn_config=SMALL_BUDGETS.get(method, {})
+    )
     model = model.to(device).eval()
     assert model.config.attn_impl == method
     ids, mask = (t.to(device) for t in batch())

@@ -24,8 +24,21 @@ SCRIPTS = sorted(name for name in os.listdir(os.path.join(REPO, "scripts")) if n
 #: Invocations: a help request (exit 0) and a misspelled flag (exit 2, one ``error:`` line).
 INVOCATIONS = {"help": (["--help"], 0), "unknown flag": (["--no_such_flag", "3"], 2)}
 #: Modules a script must not import before its flags are checked (the module or any submodule).
-HEAVY = ("datasets", "evaluate", "sentence_transformers", "transformers.trainer", "onnx", "onnxruntime",
-         "onnxscript", "tensorboard", "pyarrow", "pandas", "sklearn", "matplotlib", "gensim")
+HEAVY = (
+    "datasets",
+    "evaluate",
+    "sentence_transformers",
+    "transformers.trainer",
+    "onnx",
+    "onnxruntime",
+    "onnxscript",
+    "tensorboard",
+    "pyarrow",
+    "pandas",
+    "sklearn",
+    "matplotlib",
+    "gensim",
+)
 #: Model classes: Transformers' modeling modules (``import hf_efficient_attn`` imports those it supports).
 MODEL_CLASSES = re.compile(r"transformers\.models\.[^.]+\.modeling_")
 
@@ -70,8 +83,7 @@ def startups(tmp_path_factory) -> dict:
     out = tmp_path_factory.mktemp("startup") / "startups.json"
     cases = [(os.path.join("scripts", s), argv) for s in SCRIPTS for argv, _ in INVOCATIONS.values()]
     env = {**os.environ, "PYTHONPATH": REPO}
-    subprocess.run([sys.executable, "-c", DRIVER, json.dumps(cases), str(out)], cwd=REPO, env=env, check=True,
-                   timeout=600)
+    subprocess.run([sys.executable, "-c", DRIVER, json.dumps(cases), str(out)], cwd=REPO, env=env, check=True, timeout=600)
     return json.loads(out.read_text())
 
 
@@ -79,8 +91,11 @@ def heavy_imports(new: list[str], floor: list[str] = ()) -> list[str]:
     """The modules of ``new`` that a script must not import before checking its flags; with
     ``transformers.training_args`` among them, those of ``floor`` are allowed."""
     allowed = set(floor) if "transformers.training_args" in new else set()
-    return [m for m in new if m not in allowed and (
-            any(m == h or m.startswith(h + ".") for h in HEAVY + ("peft",)) or MODEL_CLASSES.match(m))]
+    return [
+        m
+        for m in new
+        if m not in allowed and (any(m == h or m.startswith(h + ".") for h in HEAVY + ("peft",)) or MODEL_CLASSES.match(m))
+    ]
 
 
 @pytest.mark.parametrize("invocation", list(INVOCATIONS))
@@ -98,9 +113,13 @@ def test_heavy_imports_are_detected(startups):
     """The check itself: each kind of heavy module is caught; TrainingArguments' own imports (peft
     among them) only where the script parses TrainingArguments."""
     assert heavy_imports(["datasets", "pyarrow.lib", "transformers.trainer", "transformers.trainer_utils"]) == [
-        "datasets", "pyarrow.lib", "transformers.trainer"]
+        "datasets",
+        "pyarrow.lib",
+        "transformers.trainer",
+    ]
     assert heavy_imports(["transformers.models.bert.modeling_bert", "transformers.models.bert"]) == [
-        "transformers.models.bert.modeling_bert"]
+        "transformers.models.bert.modeling_bert"
+    ]
     floor = startups["TrainingArguments"]["new"]
     assert "peft" in floor and heavy_imports(floor) != []
     assert heavy_imports(floor, floor) == [] and heavy_imports(floor + ["datasets"], floor) == ["datasets"]
@@ -110,7 +129,10 @@ def test_package_import_is_light():
     """``import hf_efficient_attn`` imports none of the optional machinery."""
     code = "import sys, json, hf_efficient_attn; print(json.dumps(sorted(sys.modules)))"
     env = {**os.environ, "PYTHONPATH": REPO}
-    modules = json.loads(subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, check=True,
-                                        capture_output=True, text=True, timeout=300).stdout)
+    modules = json.loads(
+        subprocess.run(
+            [sys.executable, "-c", code], cwd=REPO, env=env, check=True, capture_output=True, text=True, timeout=300
+        ).stdout
+    )
     assert [m for m in heavy_imports(modules) if not MODEL_CLASSES.match(m)] == []
     assert "peft" not in modules

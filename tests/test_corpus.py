@@ -39,8 +39,7 @@ def test_clean_wiki_text_strips_what_filter_wiki_leaves():
     )
     text = clean_wiki_text(raw)
     assert text == (
-        "Albedo is the diffuse reflectivity of a surface.\n\n"
-        "The term was introduced by Johann Heinrich Lambert in Photometria."
+        "Albedo is the diffuse reflectivity of a surface.\n\nThe term was introduced by Johann Heinrich Lambert in Photometria."
     )
 
 

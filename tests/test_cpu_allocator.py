@@ -33,8 +33,9 @@ print(json.dumps({"applied": applied, "faults": counts}))
 
 def faults_of_reused_tensors(mode: str, **env: str) -> dict:
     clean = {k: v for k, v in os.environ.items() if k not in cpu_allocator.USER_SETTINGS}
-    done = subprocess.run([sys.executable, "-c", FAULTS_OF_REUSED_TENSORS, mode], env={**clean, **env},
-                          capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        [sys.executable, "-c", FAULTS_OF_REUSED_TENSORS, mode], env={**clean, **env}, capture_output=True, text=True, check=True
+    )
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -70,8 +71,20 @@ def test_model_benchmark_times_with_the_training_scripts_allocator(monkeypatch, 
     calls = []
     monkeypatch.setattr(processes, "keep_freed_memory", lambda: calls.append("keep"))
     monkeypatch.setattr(processes, "return_freed_memory", lambda: calls.append("return") or True)
-    job = dict(kind="model", method="vmean", seq_len=32, layers=1, vocab_size=64, threads=1, repeats=1, warmup=1,
-               device="cpu", dtype="fp32", batch=1, glibc_malloc=glibc_malloc)
+    job = dict(
+        kind="model",
+        method="vmean",
+        seq_len=32,
+        layers=1,
+        vocab_size=64,
+        threads=1,
+        repeats=1,
+        warmup=1,
+        device="cpu",
+        dtype="fp32",
+        batch=1,
+        glibc_malloc=glibc_malloc,
+    )
     processes.measure_request({**job, "measure": "time"})
     processes.measure_request({**job, "measure": "memory"})
     assert calls == (["return"] if glibc_malloc else ["keep", "return"])

@@ -29,8 +29,7 @@ def test_demo_cli_takes_the_method_as_the_training_scripts_do(monkeypatch):
     """--attn_impl NAME --attn_config JSON and the text flags reach the demo."""
     calls = []
     monkeypatch.setattr(demo, "run", lambda *args: calls.append(args))
-    demo.main(["--attn_impl", "yoso", "--attn_config", '{"num_hash": 8}', "--num_articles", "2", "--long_length",
-               "1024"])
+    demo.main(["--attn_impl", "yoso", "--attn_config", '{"num_hash": 8}', "--num_articles", "2", "--long_length", "1024"])
     assert calls == [("yoso", {"num_hash": 8}, 2, 1024)]
 
 

@@ -44,8 +44,11 @@ def measured(monkeypatch):
     monkeypatch.setattr(processes, "model_step", builder("model"))
     for kind in processes.TIMINGS:
         monkeypatch.setitem(processes.TIMINGS, kind, timings(kind))
-    monkeypatch.setattr(processes, "median_seconds", lambda step, device, repeats, warmup: seen.timed.append(
-        dict(device=device, repeats=repeats, warmup=warmup)) or 0.5)
+    monkeypatch.setattr(
+        processes,
+        "median_seconds",
+        lambda step, device, repeats, warmup: seen.timed.append(dict(device=device, repeats=repeats, warmup=warmup)) or 0.5,
+    )
     monkeypatch.setattr(processes, "call_peak_mb", lambda step, device: seen.peaks.append(device) or 10.0)
     monkeypatch.setattr(processes, "keep_freed_memory", lambda: seen.kept.append(True))
     monkeypatch.setattr(processes, "return_freed_memory", lambda: True)
@@ -58,9 +61,35 @@ def measured(monkeypatch):
 def test_attention_benchmark_flags_reach_each_call(measured, tmp_path):
     """--methods, --attn_config, --seq_lens, --batch, --heads, --head_dim, --dtype, --repeats, --warmup,
     --rounds, --threads and --output_dir of the attention benchmark, all away from their defaults."""
-    bench_cli.main(["--methods", "mra2", "--attn_config", '{"mra2": {"block_per_row": 2}}', "--seq_lens", "32", "48",
-                    "--batch", "3", "--heads", "5", "--head_dim", "16", "--dtype", "bf16", "--repeats", "4",
-                    "--warmup", "2", "--rounds", "2", "--threads", "3", "--output_dir", str(tmp_path)])
+    bench_cli.main(
+        [
+            "--methods",
+            "mra2",
+            "--attn_config",
+            '{"mra2": {"block_per_row": 2}}',
+            "--seq_lens",
+            "32",
+            "48",
+            "--batch",
+            "3",
+            "--heads",
+            "5",
+            "--head_dim",
+            "16",
+            "--dtype",
+            "bf16",
+            "--repeats",
+            "4",
+            "--warmup",
+            "2",
+            "--rounds",
+            "2",
+            "--threads",
+            "3",
+            "--output_dir",
+            str(tmp_path),
+        ]
+    )
     jobs = {(s["method"], s["seq_len"], s["backward"]) for s in measured.steps}
     assert jobs == {(m, n, b) for m in ("softmax", "mra2") for n in (32, 48) for b in (False, True)}
     for step in measured.steps:
@@ -84,8 +113,7 @@ def test_device_cuda_reaches_the_steps_and_their_timing(measured, tmp_path, monk
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "Fake GPU")
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
-    bench_cli.main(["--device", "cuda", "--methods", "mra2", "--seq_lens", "32", "--forward_only",
-                    "--output_dir", str(tmp_path)])
+    bench_cli.main(["--device", "cuda", "--methods", "mra2", "--seq_lens", "32", "--forward_only", "--output_dir", str(tmp_path)])
     assert {s["device"] for s in measured.steps} == {"cuda"}
     assert {t["device"].type for t in measured.timed} == {"cuda"} and {p.type for p in measured.peaks} == {"cuda"}
 
@@ -94,9 +122,34 @@ def test_device_cuda_reaches_the_steps_and_their_timing(measured, tmp_path, monk
 def test_model_benchmark_flags_reach_each_step(measured, tmp_path, glibc_malloc):
     """--model builds training steps of --layers layers, --vocab_size, --batch rows; its timing keeps
     freed memory unless --glibc_malloc."""
-    bench_cli.main(["--model", "--methods", "mra2", "--seq_lens", "64", "--layers", "3", "--vocab_size", "77",
-                    "--batch", "2", "--dtype", "fp16", "--repeats", "2", "--warmup", "1", "--rounds", "2",
-                    "--threads", "2", "--output_dir", str(tmp_path)] + (["--glibc_malloc"] if glibc_malloc else []))
+    bench_cli.main(
+        [
+            "--model",
+            "--methods",
+            "mra2",
+            "--seq_lens",
+            "64",
+            "--layers",
+            "3",
+            "--vocab_size",
+            "77",
+            "--batch",
+            "2",
+            "--dtype",
+            "fp16",
+            "--repeats",
+            "2",
+            "--warmup",
+            "1",
+            "--rounds",
+            "2",
+            "--threads",
+            "2",
+            "--output_dir",
+            str(tmp_path),
+        ]
+        + (["--glibc_malloc"] if glibc_malloc else [])
+    )
     assert sorted(s["method"] for s in measured.steps) == sorted(["mra2", "sdpa", "vmean"] * 3)  # 2 times, 1 peak each
     for step in measured.steps:
         assert step["kind"] == "model" and step["seq_len"] == 64
@@ -116,9 +169,34 @@ def test_compile_benchmark_flags_and_table(measured, tmp_path):
     mra = [dict(eager_s=2.0, first_compiled_call_s=40.0, compiled_s=0.5), dict(eager_s=3.0, first_compiled_call_s=24.0,
            compiled_s=2.0), dict(eager_s=2.0, first_compiled_call_s=33.0, compiled_s=1.0)]  # fmt: skip
     measured.seconds.update({("sdpa", 40): list(sdpa), ("mra2", 40): list(mra)})
-    bench_cli.main(["--compile", "--train", "--methods", "mra2", "--attn_config", '{"mra2": {"block_per_row": 2}}',
-                    "--seq_lens", "40", "--layers", "3", "--vocab_size", "77", "--batch", "3", "--repeats", "2",
-                    "--warmup", "3", "--rounds", "3", "--threads", "2", "--output_dir", str(tmp_path)])
+    bench_cli.main(
+        [
+            "--compile",
+            "--train",
+            "--methods",
+            "mra2",
+            "--attn_config",
+            '{"mra2": {"block_per_row": 2}}',
+            "--seq_lens",
+            "40",
+            "--layers",
+            "3",
+            "--vocab_size",
+            "77",
+            "--batch",
+            "3",
+            "--repeats",
+            "2",
+            "--warmup",
+            "3",
+            "--rounds",
+            "3",
+            "--threads",
+            "2",
+            "--output_dir",
+            str(tmp_path),
+        ]
+    )
     assert [s["method"] for s in measured.steps] == ["sdpa", "mra2"] * 3
     for step in measured.steps:
         assert step["kind"] == "compile" and step["seq_len"] == 40 and step["train"] is True
@@ -139,16 +217,45 @@ def test_onnx_benchmark_flags_and_table(measured, tmp_path):
     """--onnx: every flag reaches onnx_timings (--int8 too), and ONNX Runtime's speed-up over SDPA is
     SDPA's time over the method's, its time over the vmean floor the method's over the floor's, each
     the median of the per-round ratios (>1 = the method is faster), for fp32 and for int8."""
-    sdpa = [dict(eager_s=1.0, onnxruntime_s=0.8, onnxruntime_int8_s=0.6),
-            dict(eager_s=1.0, onnxruntime_s=0.4, onnxruntime_int8_s=0.3)]
-    floor = [dict(eager_s=0.2, onnxruntime_s=0.1, onnxruntime_int8_s=0.05),
-             dict(eager_s=0.2, onnxruntime_s=0.4, onnxruntime_int8_s=0.1)]
-    mra = [dict(eager_s=0.5, onnxruntime_s=0.2, onnxruntime_int8_s=0.1),
-           dict(eager_s=0.7, onnxruntime_s=0.4, onnxruntime_int8_s=0.3)]
+    sdpa = [
+        dict(eager_s=1.0, onnxruntime_s=0.8, onnxruntime_int8_s=0.6),
+        dict(eager_s=1.0, onnxruntime_s=0.4, onnxruntime_int8_s=0.3),
+    ]
+    floor = [
+        dict(eager_s=0.2, onnxruntime_s=0.1, onnxruntime_int8_s=0.05),
+        dict(eager_s=0.2, onnxruntime_s=0.4, onnxruntime_int8_s=0.1),
+    ]
+    mra = [
+        dict(eager_s=0.5, onnxruntime_s=0.2, onnxruntime_int8_s=0.1),
+        dict(eager_s=0.7, onnxruntime_s=0.4, onnxruntime_int8_s=0.3),
+    ]
     measured.seconds.update({("sdpa", 40): list(sdpa), ("vmean", 40): list(floor), ("mra2", 40): list(mra)})
-    bench_cli.main(["--onnx", "--methods", "mra2", "--seq_lens", "40", "--layers", "3", "--vocab_size", "77",
-                    "--batch", "2", "--repeats", "2", "--warmup", "3", "--rounds", "2", "--threads", "2", "--int8",
-                    "--output_dir", str(tmp_path)])
+    bench_cli.main(
+        [
+            "--onnx",
+            "--methods",
+            "mra2",
+            "--seq_lens",
+            "40",
+            "--layers",
+            "3",
+            "--vocab_size",
+            "77",
+            "--batch",
+            "2",
+            "--repeats",
+            "2",
+            "--warmup",
+            "3",
+            "--rounds",
+            "2",
+            "--threads",
+            "2",
+            "--int8",
+            "--output_dir",
+            str(tmp_path),
+        ]
+    )
     assert [step["method"] for step in measured.steps] == ["sdpa", "vmean", "mra2"] * 2
     for step in measured.steps:
         assert step["kind"] == "onnx" and step["seq_len"] == 40 and step["int8"] is True
@@ -198,8 +305,9 @@ def study(monkeypatch, tmp_path):
         def __call__(self, texts):  # a tokenizer: one token per word
             return {"input_ids": [text.split() for text in texts]}
 
-    monkeypatch.setattr(quality_cli, "transformers", SimpleNamespace(AutoTokenizer=Loader("tokenizer"),
-                                                                     AutoModel=Loader("model")))
+    monkeypatch.setattr(
+        quality_cli, "transformers", SimpleNamespace(AutoTokenizer=Loader("tokenizer"), AutoModel=Loader("model"))
+    )
 
     def long_articles(tokenizer, seq_len, count):
         seen.articles.append((seq_len, count))
@@ -216,8 +324,7 @@ def study(monkeypatch, tmp_path):
         return evaluate(layers, methods, **kwargs)
 
     def agreement(methods, texts, *, model_path, attn_configs, batch_size, max_length):
-        seen.embedded.append(dict(methods=list(methods), texts=len(texts), model_path=model_path,
-                                  attn_configs=attn_configs))
+        seen.embedded.append(dict(methods=list(methods), texts=len(texts), model_path=model_path, attn_configs=attn_configs))
         return [EmbeddingAgreement(m, 0.9, 0.8, 0.7, attn_configs.get(m, {})) for m in methods]
 
     monkeypatch.setattr(quality_cli, "long_articles", long_articles)
@@ -239,13 +346,30 @@ def study(monkeypatch, tmp_path):
 def test_quality_error_study_flags_reach_what_they_set(study):
     """--methods, --attn_config, --seq_lens, --model_name_or_path, --num_texts, --threads, --repeats,
     --output_dir of the error study; without --embeddings no embedding is compared."""
-    quality_cli.main(["--methods", "softmax,performer", "--attn_config", '{"performer": {"seed": 3}}', "--seq_lens",
-                      "32", "40", "--model_name_or_path", study.checkpoint, "--num_texts", "3", "--threads", "3",
-                      "--repeats", "2", "--output_dir", str(study.out)])
+    quality_cli.main(
+        [
+            "--methods",
+            "softmax,performer",
+            "--attn_config",
+            '{"performer": {"seed": 3}}',
+            "--seq_lens",
+            "32",
+            "40",
+            "--model_name_or_path",
+            study.checkpoint,
+            "--num_texts",
+            "3",
+            "--threads",
+            "3",
+            "--repeats",
+            "2",
+            "--output_dir",
+            str(study.out),
+        ]
+    )
     assert study.loaded == [("tokenizer", study.checkpoint), ("model", study.checkpoint)]
     assert study.articles == [(32, 3), (40, 3)] and study.captured == [(3, 32), (3, 40)]
-    assert study.evaluated == [dict(methods=["softmax", "performer"], attn_configs={"performer": {"seed": 3}},
-                                    repeats=2)] * 2
+    assert study.evaluated == [dict(methods=["softmax", "performer"], attn_configs={"performer": {"seed": 3}}, repeats=2)] * 2
     assert study.threads == [3] and not study.embedded
     with open(study.out / "quality.csv") as f:
         assert {row["seq_len"] for row in csv.DictReader(f)} == {"32", "40"}
@@ -258,9 +382,26 @@ def test_quality_embedding_flags_reach_what_they_set(study):
     """--embeddings with --no_errors: no error study; --num_sentences news sentences, --num_articles
     news articles and 4 x --num_texts Wikipedia articles, each compared on --model_name_or_path with
     the --methods and their --attn_config."""
-    quality_cli.main(["--embeddings", "--no_errors", "--methods", "mra2,vmean", "--attn_config",
-                      '{"mra2": {"block_per_row": 2}}', "--model_name_or_path", study.checkpoint, "--num_sentences",
-                      "5", "--num_articles", "3", "--num_texts", "2", "--output_dir", str(study.out)])
+    quality_cli.main(
+        [
+            "--embeddings",
+            "--no_errors",
+            "--methods",
+            "mra2,vmean",
+            "--attn_config",
+            '{"mra2": {"block_per_row": 2}}',
+            "--model_name_or_path",
+            study.checkpoint,
+            "--num_sentences",
+            "5",
+            "--num_articles",
+            "3",
+            "--num_texts",
+            "2",
+            "--output_dir",
+            str(study.out),
+        ]
+    )
     assert not study.evaluated and not study.captured
     assert [e["texts"] for e in study.embedded] == [5, 3, 8]
     for call in study.embedded:
@@ -271,7 +412,8 @@ def test_quality_embedding_flags_reach_what_they_set(study):
 
 
 def test_quality_errors_on_by_default_and_embeddings_off(study):
-    quality_cli.main(["--methods", "softmax", "--seq_lens", "16", "--model_name_or_path", study.checkpoint,
-                      "--output_dir", str(study.out)])
+    quality_cli.main(
+        ["--methods", "softmax", "--seq_lens", "16", "--model_name_or_path", study.checkpoint, "--output_dir", str(study.out)]
+    )
     assert len(study.evaluated) == 1 and not study.embedded
     assert study.evaluated[0]["repeats"] == 3 and study.articles == [(16, 4)] and study.threads == [2]

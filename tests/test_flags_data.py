@@ -103,8 +103,11 @@ def test_each_file_is_the_split_it_names(mlm, glue_workspace, wikihop_workspace,
     """--train_file is trained on and --validation_file evaluated on: each set is its own file's
     examples as the tokenizer (or the WikiHop encoder) makes them, in order."""
     if script == "pretrain_mlm":
-        trainer = captured(monkeypatch, pretrain, mlm_arguments(mlm, tmp_path, "--line_by_line", "--train_file",
-                                                                mlm["train"], "--validation_file", mlm["validation"]))
+        trainer = captured(
+            monkeypatch,
+            pretrain,
+            mlm_arguments(mlm, tmp_path, "--line_by_line", "--train_file", mlm["train"], "--validation_file", mlm["validation"]),
+        )
         train, validation = (trainer[s].examples["input_ids"] for s in ("train_dataset", "eval_dataset"))
         expected = [small_tokenizer()(lines(mlm[s]), truncation=True, max_length=64)["input_ids"]
                     for s in ("train", "validation")]  # fmt: skip
@@ -161,8 +164,7 @@ def test_dataset_name_and_config_are_what_is_loaded(glue_workspace, wikihop_work
     else:
         dataset = "someone/qangaroo"
         train, validation = synthetic_examples(5, seed=21, **SHORT), synthetic_examples(3, seed=22, **SHORT)
-        calls = fake_hub(monkeypatch, DatasetDict(train=Dataset.from_list(train),
-                                                                validation=Dataset.from_list(validation)))
+        calls = fake_hub(monkeypatch, DatasetDict(train=Dataset.from_list(train), validation=Dataset.from_list(validation)))
         arguments = wikihop_arguments(wikihop_workspace, tmp_path, "--dataset_name", dataset,
                                       "--dataset_config_name", "en", files=False)  # fmt: skip
         trainer = captured(monkeypatch, wikihop, arguments)
@@ -189,8 +191,9 @@ def map_calls(monkeypatch):
     return calls
 
 
-@pytest.mark.parametrize("flags, expected", [([], (None, True)),
-                                             (["--preprocessing_num_workers", "3", "--overwrite_cache"], (3, False))])
+@pytest.mark.parametrize(
+    "flags, expected", [([], (None, True)), (["--preprocessing_num_workers", "3", "--overwrite_cache"], (3, False))]
+)
 @pytest.mark.parametrize("script", ["pretrain_mlm", "pretrain_mlm --line_by_line", "finetune_glue", "finetune_wikihop"])
 def test_tokenisation_gets_the_workers_and_cache_flags(mlm, glue_workspace, wikihop_workspace, monkeypatch, tmp_path,
                                                        map_calls, script, flags, expected):  # fmt: skip
@@ -256,8 +259,13 @@ def test_lora_flags_shape_the_adapter(glue_workspace, monkeypatch, tmp_path):
     from peft import PeftModel
     from peft.tuners.lora import LoraLayer
 
-    trainer = captured(monkeypatch, glue, glue_arguments(glue_workspace, tmp_path, peft="lora", lora_r=3, lora_alpha=5,
-                                                         lora_dropout=0.25, lora_target_modules=["key", "value"]))
+    trainer = captured(
+        monkeypatch,
+        glue,
+        glue_arguments(
+            glue_workspace, tmp_path, peft="lora", lora_r=3, lora_alpha=5, lora_dropout=0.25, lora_target_modules=["key", "value"]
+        ),
+    )
     model = trainer["model"]
     assert isinstance(model, PeftModel)
     layers = {name: module for name, module in model.named_modules() if isinstance(module, LoraLayer)}
@@ -333,16 +341,31 @@ def test_comparison_hands_its_data_flags_to_each_method_run(mlm, monkeypatch, tm
         flags = ["--train_file", mlm["train"], "--validation_split_percentage", "20", "--max_seq_length", "64"]
     else:
         texts = lines(mlm["train"])[:24]
-        calls = fake_hub(monkeypatch, DatasetDict(train=Dataset.from_dict({"text": texts[:18]}),
-                                                               validation=Dataset.from_dict({"text": texts[18:]})))
+        calls = fake_hub(
+            monkeypatch,
+            DatasetDict(train=Dataset.from_dict({"text": texts[:18]}), validation=Dataset.from_dict({"text": texts[18:]})),
+        )
         flags = ["--dataset_name", "someone/news", "--dataset_config_name", "en", "--line_by_line"]
     stages = comparison_stages(mlm, monkeypatch, tmp_path / "comparison", *flags)
     assert all(stage.data_args == stages["softmax"].data_args for stage in stages.values())
     method_run = stage_datasets(monkeypatch, stages["linformer"])
     assert set(map_calls) == {(2, False) if case == "files" else (None, True)}
 
-    reference = captured(monkeypatch, pretrain, ["--model_name_or_path", mlm["model"], "--do_train", "--do_eval",
-                                                 "--output_dir", str(tmp_path / "mlm"), "--seed", "7", *flags])
+    reference = captured(
+        monkeypatch,
+        pretrain,
+        [
+            "--model_name_or_path",
+            mlm["model"],
+            "--do_train",
+            "--do_eval",
+            "--output_dir",
+            str(tmp_path / "mlm"),
+            "--seed",
+            "7",
+            *flags,
+        ],
+    )
     for split in ("train_dataset", "eval_dataset"):
         assert masked_rows(method_run[split]) == masked_rows(reference[split])
     if case == "hub":

@@ -57,10 +57,19 @@ def workspace(tmp_path_factory):
         with_marker_token(str(snapshots / "snapshots" / commit), f"{revision}flag")
         (snapshots / "refs").mkdir(exist_ok=True)
         (snapshots / "refs" / revision).write_text(commit)
-    return {"root": root, "train": train, "validation": validation, "wikihop_train": wikihop_train,
-            "wikihop_dev": wikihop_dev, "glue": write_task_files(str(root / "cola"), "cola"), "model": model,
-            "config": str(root / "config"), "tokenizer": str(root / "tokenizer"), "cache": str(root / "cache"),
-            "snapshots": {revision: str(snapshots / "snapshots" / commit) for revision, commit in REVISIONS.items()}}
+    return {
+        "root": root,
+        "train": train,
+        "validation": validation,
+        "wikihop_train": wikihop_train,
+        "wikihop_dev": wikihop_dev,
+        "glue": write_task_files(str(root / "cola"), "cola"),
+        "model": model,
+        "config": str(root / "config"),
+        "tokenizer": str(root / "tokenizer"),
+        "cache": str(root / "cache"),
+        "snapshots": {revision: str(snapshots / "snapshots" / commit) for revision, commit in REVISIONS.items()},
+    }
 
 
 def script_args(script, w, output_dir, *extra):
@@ -172,8 +181,19 @@ def test_local_model_flags_reach_what_they_name(script, workspace, tmp_path, mon
     calls = spy_loaders(monkeypatch)
     method = ["--attn_config", '{"mra2": {"block_size": 16}}'] if script == "compare_methods" else [
         "--attn_impl", "mra2", "--attn_config", '{"block_size": 16}']  # fmt: skip
-    flags = ["--model_name_or_path", workspace["model"], "--config_name", workspace["config"], "--tokenizer_name",
-             workspace["tokenizer"], "--use_fast_tokenizer", "false", "--trust_remote_code", "true", *method]
+    flags = [
+        "--model_name_or_path",
+        workspace["model"],
+        "--config_name",
+        workspace["config"],
+        "--tokenizer_name",
+        workspace["tokenizer"],
+        "--use_fast_tokenizer",
+        "false",
+        "--trust_remote_code",
+        "true",
+        *method,
+    ]
     config, tokenizer, weight = loaded(script, workspace, tmp_path / "out", flags, monkeypatch)
 
     assert config.source == "config_name"
@@ -188,8 +208,15 @@ def test_tokenizer_name_encodes_the_data(workspace, tmp_path, monkeypatch):
     """The training blocks are the --tokenizer_name tokenizer's encoding (its marker word is one token)."""
     marked = tmp_path / "marked.txt"
     marked.write_text(" ".join(["tokenizerflag is here."] * 40) + "\n")
-    flags = ["--model_name_or_path", workspace["model"], "--tokenizer_name", workspace["tokenizer"], "--do_train",
-             "--train_file", str(marked)]
+    flags = [
+        "--model_name_or_path",
+        workspace["model"],
+        "--tokenizer_name",
+        workspace["tokenizer"],
+        "--do_train",
+        "--train_file",
+        str(marked),
+    ]
     trainer = run_until_trainer("pretrain_mlm", script_args("pretrain_mlm", workspace, tmp_path, *flags),
                                 monkeypatch).trainer  # fmt: skip
     marker = T.AutoTokenizer.from_pretrained(workspace["tokenizer"]).convert_tokens_to_ids("tokenizerflag")

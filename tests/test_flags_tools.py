@@ -68,8 +68,12 @@ def test_demo_flags_reach_the_models_and_the_text(tmp_path, monkeypatch):
     T.BertModel(tiny_config("bert", max_position_embeddings=512)).save_pretrained(checkpoint)
     bert_tokenizer().save_pretrained(checkpoint)
     monkeypatch.setattr(demo, "minilm_path", lambda: checkpoint)
-    articles = (("short", "the cat was on the mat " * 10), ("long", "she was not " * 250), ("b", "it is " * 400),
-                ("c", "he was " * 400))
+    articles = (
+        ("short", "the cat was on the mat " * 10),
+        ("long", "she was not " * 250),
+        ("b", "it is " * 400),
+        ("c", "he was " * 400),
+    )
     monkeypatch.setattr(corpus, "_all_wikipedia_articles", lambda: articles)
     pooled = []
 
@@ -116,7 +120,7 @@ def test_export_flags_reach_the_export_and_the_checks(tmp_path, monkeypatch):
     onnx_cli.main(["--model_dir", str(tmp_path / "variant"), "--output_dir", str(out), "--export_length", "48",
                    "--check_lengths", "20", "70", "--opset", "17"])  # fmt: skip
 
-    (model, path, shape, opset), = exported
+    ((model, path, shape, opset),) = exported
     assert (path, shape, opset) == (str(out / "model.onnx"), (2, 48), 17)
     assert model.config.attn_impl == "performer"
     torch.testing.assert_close(model.state_dict(), variant.state_dict(), rtol=0, atol=0)
@@ -180,6 +184,7 @@ def test_quickstart_flags_reach_their_steps(tmp_path, monkeypatch):
             results = {"eval_accuracy": 0.5, "perplexity": 2.0, "eval_samples": 4}
             with open(os.path.join(value_of(argv, "--output_dir"), "all_results.json"), "w") as f:
                 json.dump(results, f)
+
         return main
 
     def convert_to_long(*args, **kwargs):
@@ -193,8 +198,11 @@ def test_quickstart_flags_reach_their_steps(tmp_path, monkeypatch):
     monkeypatch.setattr(quickstart.mlm, "main", trained("mlm"))
     monkeypatch.setattr(quickstart.glue, "main", trained("glue"))
     monkeypatch.setattr(quickstart, "push_variant", lambda *args, **kwargs: calls.setdefault("push", (args, kwargs)))
-    monkeypatch.setattr(quickstart, "write_sentence_transformers_files",
-                        lambda folder, length: calls.setdefault("sentence_transformers", []).append((folder, length)))
+    monkeypatch.setattr(
+        quickstart,
+        "write_sentence_transformers_files",
+        lambda folder, length: calls.setdefault("sentence_transformers", []).append((folder, length)),
+    )
     out = str(tmp_path / "qs")
     quickstart.main(["--output_dir", out, "--attn_impl", "yoso", "--attn_config", '{"num_hash": 4}', "--max_length",
                      "640", "--mlm_steps", "3", "--finetune_length", "96", "--finetune_epochs", "5"])  # fmt: skip

@@ -44,9 +44,7 @@ def test_scores_equal_their_definitions():
     mcc = (tp * tn - fp * fn) / np.sqrt(float((tp + fp) * (tp + fn) * (tn + fp) * (tn + fn)))
     f1 = 2 * tp / (2 * tp + fp + fn)
     accuracy = (tp + tn) / len(labels)
-    assert classification_scores("matthews_correlation", predictions, labels) == pytest.approx(
-        {"matthews_correlation": mcc}
-    )
+    assert classification_scores("matthews_correlation", predictions, labels) == pytest.approx({"matthews_correlation": mcc})
     assert classification_scores("accuracy_and_f1", predictions, labels) == pytest.approx(
         {"accuracy": accuracy, "f1": f1, "combined_score": (accuracy + f1) / 2}
     )
@@ -69,9 +67,7 @@ def test_labels_as_ids_or_names():
     assert [label_id(v, names, "train") for v in ("entailment", "neutral", "contradiction", 0, 2)] == [0, 1, 2, 0, 2]
     assert label_id(-1, names, "test") == -1
     assert label_id(3.25, None, "train") == 3.25
-    with pytest.raises(
-        ValueError, match="label 'maybe'; allowed: entailment, neutral, contradiction or their ids 0..2"
-    ):
+    with pytest.raises(ValueError, match="label 'maybe'; allowed: entailment, neutral, contradiction or their ids 0..2"):
         label_id("maybe", names, "validation")
     with pytest.raises(ValueError, match="label -1; allowed"):
         label_id(-1, names, "validation")  # unlabelled rows only in test splits

@@ -164,9 +164,7 @@ def test_accuracy_mse_and_predictions_equal_their_definitions():
     rng = np.random.default_rng(1)
     labels = rng.integers(0, 3, 100)
     predictions = np.where(rng.random(100) < 0.6, labels, rng.integers(0, 3, 100))
-    assert classification_scores("accuracy", predictions, labels) == pytest.approx(
-        {"accuracy": np.mean(predictions == labels)}
-    )
+    assert classification_scores("accuracy", predictions, labels) == pytest.approx({"accuracy": np.mean(predictions == labels)})
     scores, gold = rng.normal(size=30), rng.uniform(0, 5, 30)
     assert classification_scores("mse", scores, gold) == pytest.approx({"mse": np.mean((scores - gold) ** 2)})
 

@@ -43,10 +43,7 @@ def _without_imports(source: str) -> str:
 
 def _imported_names(source: str) -> list[str]:
     return sorted(
-        a.asname or a.name
-        for n in ast.walk(ast.parse(source))
-        if isinstance(n, (ast.Import, ast.ImportFrom))
-        for a in n.names
+        a.asname or a.name for n in ast.walk(ast.parse(source)) if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names
     )
 
 

@@ -47,9 +47,7 @@ def test_push_uploads_the_dry_run_folder_through_huggingface_hub(hub_variants, t
     monkeypatch.setattr(ModelCard, "validate", lambda card, repo_type=None: validated.append(card.data.model_name))
     FakeHfApi.calls = []
     src = str(Path(hub_variants["bert-linformer-trained"].author.name_or_path))
-    options = dict(
-        base_model=BERT_BASE, license="apache-2.0", results_file=f"{src}/eval_results.json", dataset_name="glue"
-    )
+    options = dict(base_model=BERT_BASE, license="apache-2.0", results_file=f"{src}/eval_results.json", dataset_name="glue")
     url = push_variant(src, "someone", private=True, revision="v1", commit_message="first upload", **options)
     repo_id = "someone/bert-base-uncased-linformer-128"
     assert url == f"https://huggingface.co/{repo_id}/commit/abc"
@@ -133,7 +131,5 @@ def test_variant_name_and_repo_id():
 
 
 def test_script_help_runs():
-    run = subprocess.run(
-        [sys.executable, str(REPO / "scripts" / "push_to_hub.py"), "--help"], capture_output=True, text=True
-    )
+    run = subprocess.run([sys.executable, str(REPO / "scripts" / "push_to_hub.py"), "--help"], capture_output=True, text=True)
     assert run.returncode == 0 and "--dry_run" in run.stdout and "--results_file" in run.stdout

@@ -55,8 +55,17 @@ MODULES = sorted(PACKAGE.rglob("*.py"))
 
 def test_every_module_is_in_a_known_area():
     areas = {area(module_name(path)) for path in MODULES}
-    assert areas <= {"library", "hub", "serving", "tools", "tasks.common", "tasks.convert", "tasks.mlm",
-                     "tasks.glue", "tasks.wikihop"} | {"tasks"}, areas
+    assert areas <= {
+        "library",
+        "hub",
+        "serving",
+        "tools",
+        "tasks.common",
+        "tasks.convert",
+        "tasks.mlm",
+        "tasks.glue",
+        "tasks.wikihop",
+    } | {"tasks"}, areas
 
 
 @pytest.mark.parametrize("path", MODULES, ids=lambda p: module_name(p))

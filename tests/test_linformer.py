@@ -134,8 +134,14 @@ def test_layerwise_state_dict_round_trip_and_device_moves_keep_sharing():
 
 
 def test_patch_model_layerwise_saves_the_projection_once():
-    config = T.BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=3, num_attention_heads=2,
-                          intermediate_size=32, max_position_embeddings=40)
+    config = T.BertConfig(
+        vocab_size=50,
+        hidden_size=16,
+        num_hidden_layers=3,
+        num_attention_heads=2,
+        intermediate_size=32,
+        max_position_embeddings=40,
+    )
     model = hea.patch_model(T.BertModel(config).eval(), "linformer", {"k": 8})
     keys = [key for key in model.state_dict() if key.endswith(("e_proj", "f_proj"))]
     assert len(keys) == 1 and model.state_dict()[keys[0]].shape == (8, 40)

@@ -108,9 +108,15 @@ def test_scaling_argument_is_used(name):
     closer to softmax attention with that scaling than with the default 1/sqrt(d); a method that
     ignored it would be closer to the latter. (V-Mean ignores scores by design.)"""
     seq = 64
-    options = {"mra2": {"block_per_row": 2}, "mra2_s": {"block_per_row": 2}, "nystromformer": {"num_landmarks": seq},
-               "skeinformer": {"num_samples": 4 * seq}, "informer": {"factor": 100}, "performer": {"num_features": 4096},
-               "linformer": {"k": seq}}.get(name, {})
+    options = {
+        "mra2": {"block_per_row": 2},
+        "mra2_s": {"block_per_row": 2},
+        "nystromformer": {"num_landmarks": seq},
+        "skeinformer": {"num_samples": 4 * seq},
+        "informer": {"factor": 100},
+        "performer": {"num_features": 4096},
+        "linformer": {"k": seq},
+    }.get(name, {})
     method = build_method(MethodChoice.of(name, options), AttentionShape(HEADS, DIM, seq)).eval().double()
     if name == "linformer":  # identity projections with k = n: exact softmax
         with torch.no_grad():

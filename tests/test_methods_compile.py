@@ -110,8 +110,13 @@ def test_yoso_inductor_equals_eager_at_realistic_width():
     above 1e-4). Exact projections of the unnormalised q, k (yoso.HASH_DTYPE) leave rounding only."""
     torch.manual_seed(0)
     config = T.AutoConfig.for_model(
-        "roberta", vocab_size=1000, hidden_size=768, num_hidden_layers=2, num_attention_heads=12,
-        intermediate_size=3072, max_position_embeddings=514,
+        "roberta",
+        vocab_size=1000,
+        hidden_size=768,
+        num_hidden_layers=2,
+        num_attention_heads=12,
+        intermediate_size=3072,
+        max_position_embeddings=514,
     )
     model = hea.AutoModelForMaskedLM.from_config(config, attn_impl="yoso").eval()
     ids = torch.randint(5, 1000, (2, 512), generator=torch.Generator().manual_seed(0))

@@ -91,8 +91,14 @@ def test_inputs_longer_than_the_draws_are_refused(name):
 def test_extending_the_position_table_redraws_as_a_reload_does(name, tmp_path):
     """After extend_position_embeddings a patched model takes the longer inputs, and it is the model
     that save / reload builds from the extended config (same draws)."""
-    config = T.BertConfig(vocab_size=50, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                          intermediate_size=48, max_position_embeddings=64)
+    config = T.BertConfig(
+        vocab_size=50,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=48,
+        max_position_embeddings=64,
+    )
     model = hea.AutoModel.from_config(config, attn_impl=name, attn_config=SAMPLED_OPTIONS[name]).eval()
     hea.extend_position_embeddings(model, max_length=150)
     ids = torch.randint(5, 50, (2, 140))

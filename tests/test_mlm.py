@@ -149,9 +149,9 @@ def test_method_arguments_are_checked():
         ModelArguments(model_name_or_path="x", attn_impl="mra3")
     with pytest.raises(ValueError, match="--attn_config must be a JSON object"):
         ModelArguments(model_name_or_path="x", attn_impl="mra2", attn_config="block_per_row=16")
-    assert ModelArguments(
-        model_name_or_path="x", attn_impl="mra2", attn_config='{"block_per_row": 16}'
-    ).attn_options == {"block_per_row": 16}
+    assert ModelArguments(model_name_or_path="x", attn_impl="mra2", attn_config='{"block_per_row": 16}').attn_options == {
+        "block_per_row": 16
+    }
 
 
 # ---- tiny real-text runs -------------------------------------------------------------------
@@ -269,12 +269,13 @@ def test_trainer_options_on_cpu(workspace, tmp_path):
 
 def test_tensorboard_reporting(workspace, tmp_path):
     """Transformers 5 writes TensorBoard events under output_dir (no --logging_dir any more)."""
-    pytest.importorskip("tensorboard", reason="tensorboard is not installed: it comes with the `train` extra "
-                        "(pip install -e .[train]), not the `test` one, which stays small")
+    pytest.importorskip(
+        "tensorboard",
+        reason="tensorboard is not installed: it comes with the `train` extra "
+        "(pip install -e .[train]), not the `test` one, which stays small",
+    )
     run(workspace, tmp_path / "tb", "--do_train", "--max_steps", "2", "--report_to", "tensorboard")
-    events = [
-        name for _, _, files in os.walk(tmp_path / "tb") for name in files if name.startswith("events.out.tfevents")
-    ]
+    events = [name for _, _, files in os.walk(tmp_path / "tb") for name in files if name.startswith("events.out.tfevents")]
     assert events
 
 

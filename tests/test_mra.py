@@ -50,8 +50,11 @@ def dense_mra_reference(q, k, v, mask, block_per_row, low_resolution, first_n=0,
         budget = min(len(real_blocks) * block_per_row, len(real_blocks) ** 2)
         for h in range(heads):
             qh, kh, vh = q[b, h].double(), k[b, h].double(), v[b, h].double()
-            mu = {(x, y): float(qh[tokens[x]].mean(0) @ kh[tokens[y]].mean(0)) / math.sqrt(dim)
-                  for x in real_blocks for y in real_blocks}
+            mu = {
+                (x, y): float(qh[tokens[x]].mean(0) @ kh[tokens[y]].mean(0)) / math.sqrt(dim)
+                for x in real_blocks
+                for y in real_blocks
+            }
             row_max = {x: max(mu[x, y] for y in real_blocks) for x in real_blocks}
 
             def rank(pair):  # number of prior sets holding the pair, then its score
@@ -94,8 +97,9 @@ def test_full_budget_is_exact_softmax_with_padding_and_odd_length(name, priors, 
     mask = torch.ones(3, 75, dtype=torch.bool)
     mask[1, 40:] = False  # internal + key padding
     mask[2, :] = False  # a sequence of padding only
-    method = make(name, backend=backend, block_per_row=3, initial_prior_first_n_blocks=priors[0],
-                  initial_prior_diagonal_n_blocks=priors[1])
+    method = make(
+        name, backend=backend, block_per_row=3, initial_prior_first_n_blocks=priors[0], initial_prior_diagonal_n_blocks=priors[1]
+    )
     out = method(q, k, v, mask)
     torch.testing.assert_close(out, real_rows(softmax_reference(q, k, v, mask), mask), atol=1e-12, rtol=1e-10)
 
@@ -110,25 +114,32 @@ def test_full_budget_is_exact_with_large_scores(name):
 
 
 @pytest.mark.parametrize("name", METHODS)
-@pytest.mark.parametrize("options", [{}, {"block_per_row": 2, "initial_prior_first_n_blocks": 1,
-                                          "initial_prior_diagonal_n_blocks": 3}])
+@pytest.mark.parametrize(
+    "options", [{}, {"block_per_row": 2, "initial_prior_first_n_blocks": 1, "initial_prior_diagonal_n_blocks": 3}]
+)
 @pytest.mark.parametrize("backend", KERNELS)
 def test_matches_dense_reference_of_the_formula(name, options, backend):
     q, k, v = qkv(batch=2, heads=2, seq=300, dim=8)  # 10 blocks; default budget 4 of 10 per row
     mask = torch.ones(2, 300, dtype=torch.bool)
     mask[1, 170:] = False
     block_per_row = options.get("block_per_row", 4)
-    expected = dense_mra_reference(q, k, v, mask, block_per_row, name == "mra2",
-                                   options.get("initial_prior_first_n_blocks", 0),
-                                   options.get("initial_prior_diagonal_n_blocks", 0))
+    expected = dense_mra_reference(
+        q,
+        k,
+        v,
+        mask,
+        block_per_row,
+        name == "mra2",
+        options.get("initial_prior_first_n_blocks", 0),
+        options.get("initial_prior_diagonal_n_blocks", 0),
+    )
     torch.testing.assert_close(make(name, backend=backend, **options)(q, k, v, mask), expected, atol=1e-10, rtol=1e-8)
 
 
 def test_error_decreases_as_the_budget_grows():
     q, k, v = smooth_qkv()  # 8 blocks
     exact = softmax_reference(q, k, v)
-    errors = [float((make("mra2", dim=16, block_per_row=r)(q, k, v) - exact).norm() / exact.norm())
-              for r in (1, 2, 4, 8)]
+    errors = [float((make("mra2", dim=16, block_per_row=r)(q, k, v) - exact).norm() / exact.norm()) for r in (1, 2, 4, 8)]
     assert all(a > b for a, b in zip(errors, errors[1:])), errors
     assert errors[0] < 0.5 and errors[-1] < 1e-12, errors
     # The low-resolution term helps: MRA-2 beats MRA-2-s at the same budget.
@@ -270,8 +281,10 @@ def test_low_resolution_function_and_its_backward_match_autograd_through_the_for
     log_counts = counts.double().log()[:, None, None, :]
     dropped = (torch.rand(batch, heads, nb, nb) < 0.4) | (counts == 0)[:, None, None, :]
     dropped[0, 1, 2] = True  # a query block with no low-resolution block
-    grad_out, grad_lse = torch.randn(batch, heads, nb, dim, dtype=torch.float64), torch.randn(batch, heads, nb,
-                                                                                             dtype=torch.float64)
+    grad_out, grad_lse = (
+        torch.randn(batch, heads, nb, dim, dtype=torch.float64),
+        torch.randn(batch, heads, nb, dtype=torch.float64),
+    )
     logits = (means[0] @ means[1].transpose(-1, -2) * scaling).detach()
     out, lse = mra.LowResolutionAttention.apply(*means, logits, log_counts, dropped, scaling)
     ours = [out, lse, *torch.autograd.grad((out * grad_out).sum() + (lse * grad_lse).sum(), means)]
@@ -289,8 +302,9 @@ def test_low_resolution_function_and_its_backward_match_autograd_through_the_for
 # ----------------------------------------------------------------------------- block-sparse function
 
 
-def block_sparse_on_sequences(q, k, v, selected, bs, scaling, key_real, extra_value, extra_score,
-                              kernel=block_sparse.block_sparse_attention):
+def block_sparse_on_sequences(
+    q, k, v, selected, bs, scaling, key_real, extra_value, extra_score, kernel=block_sparse.block_sparse_attention
+):
     """``kernel`` (block_sparse_attention or pair_attention) on (B, H, N, D) tensors (it takes and
     returns blocks)."""
     blocks = [t.unflatten(2, (-1, bs)) for t in (q, k, v)]
@@ -318,7 +332,7 @@ def block_sparse_case(extra: bool, batch=2, heads=2, bs=4, nb=6, dim=5):
     selected, one with none)."""
     q, k, v = qkv(batch=batch, heads=heads, seq=nb * bs, dim=dim)
     key_real = torch.ones(batch, nb * bs, dtype=torch.bool)
-    key_real[1, (nb - 2) * bs + 1:] = False
+    key_real[1, (nb - 2) * bs + 1 :] = False
     block_real = key_real.view(batch, nb, bs).any(-1)
     selected = (torch.rand(batch, heads, nb, nb) < 0.4) & block_real[:, None, None, :]
     selected[0, 0, 2] = False  # no selected block
@@ -350,8 +364,7 @@ def check_against_dense_reference(kernel, extra):
 
 @pytest.mark.parametrize("extra", [True, False], ids=["extra-key", "selected-only"])
 @pytest.mark.parametrize("chunk_blocks", [1, 5, 4096])
-def test_block_sparse_attention_and_its_backward_match_autograd_through_a_dense_reference(
-        extra, chunk_blocks, monkeypatch):
+def test_block_sparse_attention_and_its_backward_match_autograd_through_a_dense_reference(extra, chunk_blocks, monkeypatch):
     for device_type in block_sparse.CHUNK_BLOCKS:
         monkeypatch.setitem(block_sparse.CHUNK_BLOCKS, device_type, chunk_blocks)
     check_against_dense_reference(block_sparse.block_sparse_attention, extra)
@@ -364,11 +377,11 @@ def test_pair_attention_and_its_backward_match_autograd_through_a_dense_referenc
     check_against_dense_reference(block_pairs.pair_attention, extra)
 
 
-@pytest.mark.parametrize("kernel", [block_sparse.block_sparse_attention, block_pairs.pair_attention],
-                         ids=["gather", "pairs"])
+@pytest.mark.parametrize("kernel", [block_sparse.block_sparse_attention, block_pairs.pair_attention], ids=["gather", "pairs"])
 def test_block_sparse_attention_gradcheck(kernel, device):
     q, k, v, selected, bs, scaling, key_real, extra_value, extra_score = block_sparse_case(
-        True, batch=2, heads=1, bs=3, nb=4, dim=2)
+        True, batch=2, heads=1, bs=3, nb=4, dim=2
+    )
     extra_score = extra_score.clamp(min=-3.0)  # finite: finite differences at -inf are undefined
     inputs = [t.requires_grad_() for t in (q, k, v, extra_value, extra_score)]
 
@@ -430,8 +443,7 @@ def test_flex_matches_gather_at_4096_tokens(name):
     q, k, v = qkv(batch=2, heads=12, seq=4096, dim=64, dtype=torch.float32)
     mask = torch.ones(2, 4096, dtype=torch.bool)
     mask[1, 3000:] = False
-    options = dict(heads=12, dim=64, block_per_row=16, initial_prior_first_n_blocks=1,
-                   initial_prior_diagonal_n_blocks=5)
+    options = dict(heads=12, dim=64, block_per_row=16, initial_prior_first_n_blocks=1, initial_prior_diagonal_n_blocks=5)
     with torch.no_grad():
         flex = make(name, backend="flex", **options)(q, k, v, mask)
         gather = make(name, backend="gather", **options)(q, k, v, mask)
@@ -441,12 +453,14 @@ def test_flex_matches_gather_at_4096_tokens(name):
 def test_auto_runs_pairs_on_cuda_and_gather_elsewhere(monkeypatch, device):
     """backend="auto" never runs flex (it compiles per shape); it runs pairs on CUDA (gather is
     launch-bound there) and gather elsewhere (faster on CPU), also for long inputs under no_grad."""
+
     def refuse(*args, **kwargs):
         raise AssertionError("backend='auto' ran FlexAttention")
 
     monkeypatch.setattr(mra, "flex_mra_attention", refuse)
     ran = []
     for kernel in ("pair_attention", "block_sparse_attention"):
+
         def recorded(*args, _kernel=kernel, _original=getattr(mra, kernel), **kwargs):
             ran.append(_kernel)
             return _original(*args, **kwargs)
@@ -484,12 +498,15 @@ def test_flex_backend_refuses_backward_on_cpu(device):
 # ----------------------------------------------------------------------------- options
 
 
-@pytest.mark.parametrize("options, match", [
-    ({"backend": "triton"}, "auto"),
-    ({"block_size": 0}, "block_size"),
-    ({"block_per_row": True}, "block_per_row"),
-    ({"initial_prior_diagonal_n_blocks": -1}, "initial_prior_diagonal_n_blocks"),
-])
+@pytest.mark.parametrize(
+    "options, match",
+    [
+        ({"backend": "triton"}, "auto"),
+        ({"block_size": 0}, "block_size"),
+        ({"block_per_row": True}, "block_per_row"),
+        ({"initial_prior_diagonal_n_blocks": -1}, "initial_prior_diagonal_n_blocks"),
+    ],
+)
 def test_invalid_options(options, match):
     with pytest.raises(ValueError, match=match):
         make("mra2", **options)

@@ -17,8 +17,14 @@ SEQ = 128  # 4 blocks of 32, 2 exact per row: an approximation, not exact attent
 
 
 def tiny_model(name, arch="roberta", training=False, layers=2, backend="auto"):
-    config = tiny_config(arch, hidden_size=64, num_attention_heads=2, num_hidden_layers=layers,
-                         hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    config = tiny_config(
+        arch,
+        hidden_size=64,
+        num_attention_heads=2,
+        num_hidden_layers=layers,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+    )
     return hea.AutoModel.from_config(config, attn_impl=name, attn_config={"block_per_row": 2, "backend": backend}).train(training)
 
 
@@ -26,7 +32,7 @@ def padded_batch(seq=SEQ, vocab=120):
     """Two rows, the second padded from the middle of a block (internal and key padding)."""
     ids = torch.randint(5, vocab, (2, seq))
     mask = torch.ones(2, seq, dtype=torch.long)
-    mask[1, seq // 2 + 3:] = 0
+    mask[1, seq // 2 + 3 :] = 0
     return ids, mask
 
 
@@ -47,8 +53,7 @@ def training_step(model, ids, mask, weights):
     model.zero_grad()
     out = model(input_ids=ids, attention_mask=mask).last_hidden_state
     (out * mask[..., None] * weights).sum().backward()
-    grads = {name.removeprefix("_orig_mod."): p.grad.clone() for name, p in model.named_parameters()
-             if p.grad is not None}
+    grads = {name.removeprefix("_orig_mod."): p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
     return out.detach() * mask[..., None], grads
 
 
@@ -56,8 +61,7 @@ def assert_same_gradients(grads, eager_grads):
     """Equal gradients; a parameter outside the loss (the pooler) has none in eager, zeros compiled."""
     assert eager_grads.keys() <= grads.keys()
     for key, grad in grads.items():
-        torch.testing.assert_close(grad, eager_grads.get(key, torch.zeros_like(grad)), atol=1e-5, rtol=1e-4,
-                                   msg=key)
+        torch.testing.assert_close(grad, eager_grads.get(key, torch.zeros_like(grad)), atol=1e-5, rtol=1e-4, msg=key)
 
 
 def compiled_equals_eager(model, compiled, lengths):
@@ -80,8 +84,9 @@ def test_compiled_training_step_equals_eager(name, backend):
     compiled_equals_eager(model, torch.compile(model, backend="aot_eager", fullgraph=True), [SEQ])
 
 
-@pytest.mark.parametrize("name, backend", [("mra2", "gather"), ("mra2", "pairs"),
-                                           pytest.param("mra2_s", "gather", marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "name, backend", [("mra2", "gather"), ("mra2", "pairs"), pytest.param("mra2_s", "gather", marks=pytest.mark.slow)]
+)
 def test_new_lengths_share_one_recompilation(name, backend):
     """Dynamic shapes, on the method alone (the model around it adds no length guard of its own):
     the first length compiles, the second recompiles with a symbolic length, which every later
@@ -106,8 +111,10 @@ def test_new_lengths_share_one_recompilation(name, backend):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name, arch, backend", [(name, arch, "gather") for name in METHODS for arch in ("bert", "roberta")]
-                         + [("mra2", "roberta", "pairs")])
+@pytest.mark.parametrize(
+    "name, arch, backend",
+    [(name, arch, "gather") for name in METHODS for arch in ("bert", "roberta")] + [("mra2", "roberta", "pairs")],
+)
 def test_inductor_compiled_model_equals_eager(name, arch, backend):
     """torch.compile's default backend (Inductor): a training step and an inference forward."""
     model = tiny_model(name, arch, training=True, backend=backend)
@@ -117,6 +124,5 @@ def test_inductor_compiled_model_equals_eager(name, arch, backend):
     model.eval()
     ids, mask = padded_batch()
     with torch.no_grad():
-        out, expected = (m(input_ids=ids, attention_mask=mask).last_hidden_state * mask[..., None]
-                         for m in (compiled, model))
+        out, expected = (m(input_ids=ids, attention_mask=mask).last_hidden_state * mask[..., None] for m in (compiled, model))
     torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-4)

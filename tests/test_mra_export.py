@@ -33,8 +33,7 @@ def test_static_formulation_equals_the_kernel(extra, tight):
     blocks = [t.unflatten(2, (-1, bs)) for t in (q, k, v)]
     max_pairs = int(selected.flatten(2).sum(-1).max()) if tight else None
     expected = block_sparse.block_sparse_attention(*blocks, selected, scaling, key_real, extra_value, extra_score)
-    static = block_pairs.pair_attention(*blocks, selected, scaling, key_real, extra_value,
-                                                        extra_score, max_pairs)
+    static = block_pairs.pair_attention(*blocks, selected, scaling, key_real, extra_value, extra_score, max_pairs)
     torch.testing.assert_close(static, expected, atol=1e-12, rtol=1e-10)
 
 
@@ -44,8 +43,9 @@ def test_method_takes_the_same_values_when_exporting(name, inputs, monkeypatch):
     """The whole method on the export path (static block-sparse formulation, extra padded block)
     against eager, with padding and priors; "tied": blocks with equal means tie every score, so
     the selection's tie-break decides."""
-    method = build_method(MethodChoice.of(name, {"block_per_row": 2, "initial_prior_diagonal_n_blocks": 1}),
-                          AttentionShape(2, 8, max_seq_len=4096)).eval()
+    method = build_method(
+        MethodChoice.of(name, {"block_per_row": 2, "initial_prior_diagonal_n_blocks": 1}), AttentionShape(2, 8, max_seq_len=4096)
+    ).eval()
     if inputs == "random":
         q, k, v = (torch.randn(3, 2, 150, 8, dtype=torch.float64) for _ in range(3))
     else:
@@ -87,8 +87,9 @@ def test_onnx_runtime_runs_the_exported_method_equal_to_eager(name, tmp_path):
         return (*(torch.randn(batch, 2, seq, 8) for _ in range(3)), padding_mask(batch, seq, real))
 
     example = inputs(2, 150, [150, 70])  # 5 blocks, 2 exact per row
-    program = torch.onnx.export(module, example, dynamo=True, verbose=False,
-                                dynamic_shapes=({0: Dim.DYNAMIC, 2: Dim.DYNAMIC},) * 3 + (DYNAMIC,))
+    program = torch.onnx.export(
+        module, example, dynamo=True, verbose=False, dynamic_shapes=({0: Dim.DYNAMIC, 2: Dim.DYNAMIC},) * 3 + (DYNAMIC,)
+    )
     program.save(str(tmp_path / "mra.onnx"))
     session = ort.InferenceSession(str(tmp_path / "mra.onnx"), providers=["CPUExecutionProvider"])
     for args in (example, inputs(3, 100, [100, 61, 1])):  # the export length and another batch and length
@@ -122,7 +123,6 @@ def test_exported_model_with_dynamic_batch_and_length_equals_eager_also_in_onnx_
         real = inputs["attention_mask"][..., None]
         with torch.no_grad():
             expected = model(**inputs).last_hidden_state * real
-        torch.testing.assert_close(exported.module()(**inputs).last_hidden_state * real, expected,
-                                   atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(exported.module()(**inputs).last_hidden_state * real, expected, atol=1e-5, rtol=1e-4)
         out = session.run(None, {name: t.numpy() for name, t in inputs.items()})[0]
         torch.testing.assert_close(torch.from_numpy(out) * real, expected, atol=1e-4, rtol=1e-4)

@@ -65,8 +65,7 @@ def test_efficient_attention_leaves_its_inputs(method):
 def test_export_variant_leaves_the_model(tmp_path):
     model = hea.AutoModel.from_config(tiny_config("bert"), attn_impl="mra2")
     before = snapshot(model)
-    export_variant(model, small_tokenizer(), tmp_path / "upload", repo_id="me/tiny", base_model="me/base",
-                   license="mit")
+    export_variant(model, small_tokenizer(), tmp_path / "upload", repo_id="me/tiny", base_model="me/base", license="mit")
     assert_unchanged(model, before)
 
 

@@ -121,8 +121,7 @@ def test_convolution_is_a_learnable_depthwise_filter_on_real_values():
     assert method.conv.weight.grad.abs().sum() > 0
 
 
-@pytest.mark.parametrize("bad", [{"conv_kernel_size": 4}, {"num_landmarks": 0}, {"pinv_iterations": -1},
-                                 {"num_landmarks": 2.5}])
+@pytest.mark.parametrize("bad", [{"conv_kernel_size": 4}, {"num_landmarks": 0}, {"pinv_iterations": -1}, {"num_landmarks": 2.5}])
 def test_invalid_options_are_rejected(bad):
     with pytest.raises(ValueError):
         make(**bad)

@@ -78,12 +78,17 @@ def test_bad_arguments_are_clear_errors(tmp_path):
         serving.export_folder(str(tmp_path / "variant"), tmp_path / "busy")
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--output_dir", "out"], "the following arguments are required: --model_dir"),
-    (["--model_dir", "missing", "--output_dir", "out"], "--model_dir missing: no such folder"),
-    (["--model_dir", "variant", "--output_dir", "out", "--export_length", "x"],
-     "--export_length/--export-length: invalid int value"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--output_dir", "out"], "the following arguments are required: --model_dir"),
+        (["--model_dir", "missing", "--output_dir", "out"], "--model_dir missing: no such folder"),
+        (
+            ["--model_dir", "variant", "--output_dir", "out", "--export_length", "x"],
+            "--export_length/--export-length: invalid int value",
+        ),
+    ],
+)
 def test_the_script_reports_bad_arguments_in_one_line(tmp_path, monkeypatch, capsys, argv, message):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "variant").mkdir()
@@ -139,20 +144,34 @@ def test_export_folder_int8_texts_text_length_and_task_reach_their_steps(tmp_pat
     steps = []
     monkeypatch.setattr(serving, "export_onnx", lambda model, path, n, opset: steps.append(("export", type(model).__name__)))
     monkeypatch.setattr(serving, "quantize_int8", lambda path, output: steps.append(("int8", path.name, output.name)))
-    monkeypatch.setattr(serving, "validate", lambda model, path, n, seed: steps.append(("check", path.name, n))
-                        or serving.Validation(n, {"last_hidden_state": 0.0}, file=path.name))
-    monkeypatch.setattr(serving, "validate_texts", lambda model, folder, texts, n, file: steps.append(
-        ("texts", file, tuple(texts), n)) or serving.TextValidation(file, len(texts), n, 0.0))
+    monkeypatch.setattr(
+        serving,
+        "validate",
+        lambda model, path, n, seed: (
+            steps.append(("check", path.name, n)) or serving.Validation(n, {"last_hidden_state": 0.0}, file=path.name)
+        ),
+    )
+    monkeypatch.setattr(
+        serving,
+        "validate_texts",
+        lambda model, folder, texts, n, file: (
+            steps.append(("texts", file, tuple(texts), n)) or serving.TextValidation(file, len(texts), n, 0.0)
+        ),
+    )
     with pytest.raises(ValueError, match="token-level head"):
         serving.export_folder(str(tmp_path / "variant"), tmp_path / "refused", seq_len=16, texts=["the cat"])
     assert steps == [] and not (tmp_path / "refused").exists()
     serving.export_folder(str(tmp_path / "variant"), tmp_path / "out", seq_len=16, check_lengths=[20], int8=True,
                           texts=["the cat", "a"], text_length=50, task="feature-extraction")  # fmt: skip
     assert steps == [
-        ("export", "BertModel"), ("int8", "model.onnx", "model_quantized.onnx"),
-        ("check", "model.onnx", 16), ("check", "model.onnx", 20),
-        ("check", "model_quantized.onnx", 16), ("check", "model_quantized.onnx", 20),
-        ("texts", "model.onnx", ("the cat", "a"), 50), ("texts", "model_quantized.onnx", ("the cat", "a"), 50),
+        ("export", "BertModel"),
+        ("int8", "model.onnx", "model_quantized.onnx"),
+        ("check", "model.onnx", 16),
+        ("check", "model.onnx", 20),
+        ("check", "model_quantized.onnx", 16),
+        ("check", "model_quantized.onnx", 20),
+        ("texts", "model.onnx", ("the cat", "a"), 50),
+        ("texts", "model_quantized.onnx", ("the cat", "a"), 50),
     ]
     steps.clear()
     serving.export_folder(str(tmp_path / "variant"), tmp_path / "plain", seq_len=16, check_lengths=[20])
@@ -166,22 +185,28 @@ def test_int8_checks_are_reported_not_required(tmp_path, monkeypatch):
     monkeypatch.setattr(serving, "export_onnx", lambda *args: None)
     monkeypatch.setattr(serving, "quantize_int8", lambda *args: None)
     far = {"model.onnx": 0.0, "model_quantized.onnx": 0.5}
-    monkeypatch.setattr(serving, "validate", lambda model, path, n, seed: serving.Validation(
-        n, {"logits": far[path.name]}, path.name))
+    monkeypatch.setattr(
+        serving, "validate", lambda model, path, n, seed: serving.Validation(n, {"logits": far[path.name]}, path.name)
+    )
     checks = serving.export_folder(str(tmp_path / "variant"), tmp_path / "out", seq_len=16, int8=True)
     assert "int8 ONNX Runtime vs PyTorch, padded batch of 16 tokens: max |diff| 5.0e-01\n" in (
-        serving.describe(checks, tmp_path / "out"))
+        serving.describe(checks, tmp_path / "out")
+    )
     far["model.onnx"] = 0.5
     with pytest.raises(ValueError, match="differs from PyTorch"):
         serving.export_folder(str(tmp_path / "variant"), tmp_path / "out2", seq_len=16, int8=True)
     far["model.onnx"] = 0.0
     far_on_texts = {"model.onnx": 0.0, "model_quantized.onnx": 0.5}
     monkeypatch.setattr(serving, "eager_kind", lambda model: "embeddings")
-    monkeypatch.setattr(serving, "validate_texts", lambda model, folder, texts, n, file: serving.TextValidation(
-        file, len(texts), n, far_on_texts[file], 0.9, 0.95))
+    monkeypatch.setattr(
+        serving,
+        "validate_texts",
+        lambda model, folder, texts, n, file: serving.TextValidation(file, len(texts), n, far_on_texts[file], 0.9, 0.95),
+    )
     checks = serving.export_folder(str(tmp_path / "variant"), tmp_path / "out3", seq_len=16, int8=True, texts=["a"])
-    assert ("int8 ONNX Runtime vs PyTorch, 1 texts of up to 128 tokens: max |diff| 5.0e-01, embedding cosine min 0.9000 "
-            "mean 0.9500") in serving.describe(checks, tmp_path / "out3")
+    assert (
+        "int8 ONNX Runtime vs PyTorch, 1 texts of up to 128 tokens: max |diff| 5.0e-01, embedding cosine min 0.9000 mean 0.9500"
+    ) in serving.describe(checks, tmp_path / "out3")
     far_on_texts["model.onnx"] = 0.5
     with pytest.raises(ValueError, match="differs from PyTorch beyond 0.0001: 1 texts of up to 128 tokens: 0.5$"):
         serving.export_folder(str(tmp_path / "variant"), tmp_path / "out4", seq_len=16, int8=True, texts=["a"])

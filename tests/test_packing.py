@@ -253,8 +253,9 @@ def test_padding_free_needs_an_attention_method(workspace, tmp_path):
 def test_training_mode_draws_as_a_padded_batch(method):
     """In training mode a sampling method draws for a packed row's sequences what it draws for the
     same sequences in a padded batch (same seed): the two give the same outputs."""
-    config = tiny_config("bert", initializer_range=0.3, max_position_embeddings=140, hidden_dropout_prob=0.0,
-                         attention_probs_dropout_prob=0.0)
+    config = tiny_config(
+        "bert", initializer_range=0.3, max_position_embeddings=140, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0
+    )
     model = hea.AutoModel.from_config(config, attn_impl=method, attn_config=SMALL_BUDGETS.get(method, {})).train()
     lengths = (30, 130, 60)  # lengths that batches of similar length would reorder
     seqs = sequences(lengths)

@@ -129,12 +129,12 @@ def test_lora_adapter_saves_and_restores_the_method_parameters(tmp_path):
 
     def base():
         return hea.AutoModelForSequenceClassification.from_pretrained(
-            tmp_path / "base", attn_impl="linformer", attn_config={"k": 8}, num_labels=2)
+            tmp_path / "base", attn_impl="linformer", attn_config={"k": 8}, num_labels=2
+        )
 
     model = base()
     assert hea.modules_to_save(model) == ["efficient_attn"]
-    config = peft.LoraConfig(r=4, target_modules=["query", "value"],
-                             modules_to_save=hea.modules_to_save(model) + ["classifier"])
+    config = peft.LoraConfig(r=4, target_modules=["query", "value"], modules_to_save=hea.modules_to_save(model) + ["classifier"])
     tuned = peft.get_peft_model(model, config)
     optimizer = torch.optim.AdamW([p for p in tuned.parameters() if p.requires_grad], lr=1e-2)
     ids, mask = batch()
@@ -202,8 +202,9 @@ def test_packed_inputs_within_the_table_run_and_equal_sdpa_on_each_sequence(mode
     ids = torch.randint(5, VOCAB, (1, 190))
     assert ids.shape[1] > sdpa.config.max_position_embeddings
     with torch.no_grad():
-        expected = torch.cat([sdpa(input_ids=ids[:, :100]).last_hidden_state,
-                              sdpa(input_ids=ids[:, 100:]).last_hidden_state], dim=1)
+        expected = torch.cat(
+            [sdpa(input_ids=ids[:, :100]).last_hidden_state, sdpa(input_ids=ids[:, 100:]).last_hidden_state], dim=1
+        )
         torch.testing.assert_close(patched(input_ids=ids, position_ids=positions).last_hidden_state, expected)
     with pytest.raises(ValueError, match=f"position_ids reach {130 + offset}, beyond the position table"):
         patched(input_ids=ids[:, :131], position_ids=torch.arange(131)[None] + offset)

@@ -27,7 +27,8 @@ def plain_checkpoint(tmp_path_factory):
 def test_lora_adapter_reloads_to_the_same_model(plain_checkpoint, tmp_path, method, save_method_parameters):
     def base():
         return hea.AutoModelForSequenceClassification.from_pretrained(
-            plain_checkpoint, attn_impl=method, attn_config=small_options(method, **WITH_PARAMETERS))
+            plain_checkpoint, attn_impl=method, attn_config=small_options(method, **WITH_PARAMETERS)
+        )
 
     model = base()
     saved = ["classifier"] + (hea.modules_to_save(model) if save_method_parameters else [])

@@ -42,10 +42,7 @@ def test_relative_error_to_softmax_decreases_with_num_features():
     """FAVOR+ converges to softmax(QK^T/sqrt(d)) V; the error shrinks about as 1/sqrt(m)."""
     q, k, v = qkv(scale=0.5)
     ref = softmax_reference(q, k, v)
-    errors = {
-        m: sum(relative_error(make(num_features=m, seed=s)(q, k, v), ref) for s in range(4)) / 4
-        for m in (64, 512, 4096)
-    }
+    errors = {m: sum(relative_error(make(num_features=m, seed=s)(q, k, v), ref) for s in range(4)) / 4 for m in (64, 512, 4096)}
     assert errors[64] > errors[512] > errors[4096]
     assert errors[4096] < errors[64] / 4  # 1/sqrt(m) predicts a factor 8
     assert errors[4096] < 0.06

@@ -20,8 +20,13 @@ import hf_efficient_attn as hea
 #: Options that give the methods their own learnable parameters where they have any.
 WITH_PARAMETERS = {"conv_window": 3, "conv_kernel_size": 3}
 HEADS = [
-    "AutoModel", "AutoModelForMaskedLM", "AutoModelForPreTraining", "AutoModelForSequenceClassification",
-    "AutoModelForMultipleChoice", "AutoModelForTokenClassification", "AutoModelForQuestionAnswering",
+    "AutoModel",
+    "AutoModelForMaskedLM",
+    "AutoModelForPreTraining",
+    "AutoModelForSequenceClassification",
+    "AutoModelForMultipleChoice",
+    "AutoModelForTokenClassification",
+    "AutoModelForQuestionAnswering",
 ]
 
 
@@ -177,8 +182,9 @@ WITHOUT_PLUGIN = textwrap.dedent(
 def test_without_the_plugin_every_route_refuses_naming_it(variants, method):
     folder, _ = variants[method]
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    run = subprocess.run([sys.executable, "-c", WITHOUT_PLUGIN, str(folder)], env=env, capture_output=True,
-                         text=True, timeout=600, cwd=folder)
+    run = subprocess.run(
+        [sys.executable, "-c", WITHOUT_PLUGIN, str(folder)], env=env, capture_output=True, text=True, timeout=600, cwd=folder
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     seen = json.loads(run.stdout.splitlines()[-1])
     assert len(seen) == 4

@@ -74,8 +74,10 @@ def test_push_with_only_the_folder_the_repo_and_the_dry_run(chain, tmp_path, cap
     assert "Converted from `google-bert/bert-base-uncased`" in card.text
     assert "Masked-LM pretraining (`pretrain_mlm.py`, attention `mra2`): 2 steps" in card.text
     for stage in read_provenance(chain / "glue")["stages"][1:]:  # each training stage's own numbers
-        assert f"of {stage['global_batch_size']} examples of up to {stage['max_seq_length']} tokens, learning rate " \
-               f"{stage['learning_rate']:g}" in card.text
+        assert (
+            f"of {stage['global_batch_size']} examples of up to {stage['max_seq_length']} tokens, learning rate "
+            f"{stage['learning_rate']:g}" in card.text
+        )
     assert card.text.count("of 8 examples of up to 64 tokens, learning rate 5e-05") == 2
     assert "GLUE COLA fine-tuning (`finetune_glue.py`" in card.text
     assert "local files (`train.txt`, `validation.txt`; not on the Hub)" in card.text

@@ -62,8 +62,14 @@ def test_capture_is_the_query_projection_of_the_embeddings(model_and_tokenizer, 
 
 
 def test_capture_beyond_the_position_table_tiles_a_copy():
-    config = T.BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                          intermediate_size=64, max_position_embeddings=16)
+    config = T.BertConfig(
+        vocab_size=100,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=16,
+    )
     model = T.BertModel(config).eval()
 
     class Tokenizer:  # 20 tokens per text
@@ -138,11 +144,29 @@ def test_cli_writes_table_csv_and_plot(tmp_path, checkpoint, monkeypatch):
     """The command line: --methods picks the methods, --attn_config their options (the budget option
     swept over them), and the report, table, plot and meta data are written."""
     built, build = [], errors_module.build_method
-    monkeypatch.setattr(errors_module, "build_method", lambda choice, shape: built.append(
-        (choice.name, choice.attn_config)) or build(choice, shape))
-    quality.main(["--seq_lens", "32", "--methods", "softmax,performer,vmean", "--attn_config",
-                  '{"performer": {"seed": 3}}', "--num_texts", "1", "--repeats", "0", "--threads", "1",
-                  "--output_dir", str(tmp_path)])
+    monkeypatch.setattr(
+        errors_module,
+        "build_method",
+        lambda choice, shape: built.append((choice.name, choice.attn_config)) or build(choice, shape),
+    )
+    quality.main(
+        [
+            "--seq_lens",
+            "32",
+            "--methods",
+            "softmax,performer,vmean",
+            "--attn_config",
+            '{"performer": {"seed": 3}}',
+            "--num_texts",
+            "1",
+            "--repeats",
+            "0",
+            "--threads",
+            "1",
+            "--output_dir",
+            str(tmp_path),
+        ]
+    )
     for name in ("quality.md", "quality.csv", "quality.png", "meta.json"):
         assert (tmp_path / name).stat().st_size > 0
     table = (tmp_path / "quality.md").read_text()

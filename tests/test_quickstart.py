@@ -67,7 +67,7 @@ def test_quickstart_twice_quiet_and_reproducible(tmp_path):
     log = out / quickstart.LOG_FILE
     assert f"full log: {log}" in first.stdout and "Training completed" in log.read_text()
     assert "seem corrupted" not in log.read_text()  # the missing MLM head is reported, not a "corrupted" checkpoint
-    summary = first.stdout[first.stdout.index("quickstart done"):]
+    summary = first.stdout[first.stdout.index("quickstart done") :]
     for step in ("1-long", "2-mlm", "3-newsgroups", "4-upload"):
         assert str(out / step) in summary, step
 
@@ -98,11 +98,17 @@ def test_quickstart_twice_quiet_and_reproducible(tmp_path):
     second = _run(out)
     assert f"reusing every step in {out} (same settings)" in second.stdout
     assert second.stdout.count(": reused") == 5
-    assert second.stdout[second.stdout.index("quickstart done"):].split("\n", 1)[1] == summary.split("\n", 1)[1]
+    assert second.stdout[second.stdout.index("quickstart done") :].split("\n", 1)[1] == summary.split("\n", 1)[1]
 
 
-SETTINGS = {"attn_impl": "mra2", "attn_config": {}, "max_length": 1024, "mlm_steps": 10, "finetune_length": 512,
-            "finetune_epochs": 2}
+SETTINGS = {
+    "attn_impl": "mra2",
+    "attn_config": {},
+    "max_length": 1024,
+    "mlm_steps": 10,
+    "finetune_length": 512,
+    "finetune_epochs": 2,
+}
 
 
 def test_an_existing_output_folder_is_reused_or_refused(tmp_path):
@@ -141,7 +147,9 @@ def fake_steps(monkeypatch) -> _Ran:
                 with open(os.path.join(folder[name], "settings.json"), "w") as f:
                     json.dump(settings, f)
                 ran.append(name)
+
             return step
+
         return {name: (name, make(name), False) for name in quickstart.STEPS}
 
     monkeypatch.setattr(quickstart, "_steps", steps)
@@ -198,5 +206,14 @@ def test_the_method_and_its_options_reach_the_run(monkeypatch):
     calls = []
     monkeypatch.setattr(quickstart, "run", lambda **kwargs: calls.append(kwargs))
     quickstart.main(["--attn_impl", "yoso", "--attn_config", '{"num_hash": 8}', "--max_length", "512"])
-    assert calls == [{"output_dir": "outputs/quickstart", "attn_impl": "yoso", "attn_config": {"num_hash": 8},
-                      "max_length": 512, "mlm_steps": 10, "finetune_length": 512, "finetune_epochs": 2}]
+    assert calls == [
+        {
+            "output_dir": "outputs/quickstart",
+            "attn_impl": "yoso",
+            "attn_config": {"num_hash": 8},
+            "max_length": 512,
+            "mlm_steps": 10,
+            "finetune_length": 512,
+            "finetune_epochs": 2,
+        }
+    ]

@@ -49,8 +49,9 @@ def test_convert_to_long_says_the_new_head_once_without_the_load_report(tmp_path
 
 def test_a_new_task_head_is_one_line_and_a_body_difference_the_full_report(mlm_folder, transformers_log, caplog):
     caplog.set_level(logging.INFO, logger="hf_efficient_attn.tasks")
-    model = load_model(ModelArguments(model_name_or_path=mlm_folder), hea.AutoModelForSequenceClassification,
-                       num_labels=2)  # as the training scripts load
+    model = load_model(
+        ModelArguments(model_name_or_path=mlm_folder), hea.AutoModelForSequenceClassification, num_labels=2
+    )  # as the training scripts load
     assert not [message for message in transformers_log if "LOAD REPORT" in message]
     (line,) = [r.getMessage() for r in caplog.records if r.name == "hf_efficient_attn.tasks"]
     assert "initialised new classifier, pooler" in line and "left out the checkpoint's cls" in line
@@ -78,6 +79,5 @@ def test_sentence_transformers_loads_a_quickstart_folder_without_missing_weights
     texts = ["A short sentence.", "Another, somewhat longer sentence about attention methods."]
     got = encoder.encode(texts, convert_to_tensor=True)
     tokenizer = AutoTokenizer.from_pretrained(mlm_folder)
-    want = mean_pooled(hea.AutoModel.from_pretrained(mlm_folder).eval(), tokenizer(texts, padding=True,
-                                                                                   return_tensors="pt"))
+    want = mean_pooled(hea.AutoModel.from_pretrained(mlm_folder).eval(), tokenizer(texts, padding=True, return_tensors="pt"))
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)

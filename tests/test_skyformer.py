@@ -45,7 +45,7 @@ def nystrom_reference(q, k, v, mask, landmarks, gamma):
     each row of [Q; K] was drawn for it) and a direct solve with (S^T C_bar S + gamma I)."""
     batch, _, seq, _ = q.shape
     points = torch.cat([q, k], 2).double() * P_QUARTER
-    c_bar = torch.exp(-torch.cdist(points, points) ** 2 / 2)
+    c_bar = torch.exp(-(torch.cdist(points, points) ** 2) / 2)
     sketch = torch.zeros(batch, 2 * seq, landmarks.shape[-1], dtype=torch.float64)
     for b in range(batch):
         for m in range(landmarks.shape[1]):
@@ -62,8 +62,7 @@ def test_kernelized_matches_dense_float64_formula():
     q, k, v = qkv(dtype=torch.float32)
     mask = padding_mask()
     out = make("kernelized")(q, k, v, mask)
-    torch.testing.assert_close(out.double(), gaussian_reference(q, k, v, mask) * mask[:, None, :, None],
-                               atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(out.double(), gaussian_reference(q, k, v, mask) * mask[:, None, :, None], atol=1e-5, rtol=1e-5)
 
 
 def test_kernelized_gradients_match_the_dense_formula():
@@ -155,8 +154,7 @@ def test_gradients_flow_through_kernel_values():
     assert (k.grad[1, :, 12:] == 0).all() and (v.grad[1, :, 12:] == 0).all()  # padded keys unused
 
 
-@pytest.mark.parametrize("bad", [{"gamma": 0}, {"num_landmarks": 0}, {"accumulation": 0},
-                                 {"pinv_iterations": 1.5}, {"seed": -1}])
+@pytest.mark.parametrize("bad", [{"gamma": 0}, {"num_landmarks": 0}, {"accumulation": 0}, {"pinv_iterations": 1.5}, {"seed": -1}])
 def test_invalid_options_are_rejected(bad):
     with pytest.raises(ValueError):
         make("skyformer", **bad)
@@ -171,5 +169,6 @@ def test_skyformer_inverse_of_its_normalised_matrix_matches_torch_pinv():
     d = kernel.sum(-1).rsqrt()
     normalised = d[..., :, None] * kernel * d[..., None, :]
     assert torch.linalg.matrix_norm(normalised, ord=2).max() <= 1 + 1e-12
-    torch.testing.assert_close(iterative_pinv(normalised, 40, spectral_norm_at_most_one=True),
-                               torch.linalg.pinv(normalised), atol=1e-8, rtol=1e-7)
+    torch.testing.assert_close(
+        iterative_pinv(normalised, 40, spectral_norm_at_most_one=True), torch.linalg.pinv(normalised), atol=1e-8, rtol=1e-7
+    )

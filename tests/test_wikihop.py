@@ -74,9 +74,7 @@ def assert_chunked(tok, example, max_length, min_chunks):
     tokenised documents; every chunk but the last is full; each candidate's [ent] is at the same
     position in every chunk; --max_chunks keeps the first chunks."""
     ent = tok.convert_tokens_to_ids(CANDIDATE_START)
-    encoded = ChunkEncoder(tok, max_length).encode(
-        example["id"], example["query"], example["candidates"], example["supports"]
-    )
+    encoded = ChunkEncoder(tok, max_length).encode(example["id"], example["query"], example["candidates"], example["supports"])
     first = tok(first_segment_text(example), add_special_tokens=False)["input_ids"]
     documents = tok(f" {tok.sep_token} ".join(example["supports"]), add_special_tokens=False)["input_ids"]
     head = [tok.cls_token_id, *first, tok.sep_token_id]
@@ -465,9 +463,7 @@ def test_tiny_run_writes_results_and_predictions_and_reloads(workspace, tmp_path
     assert {e["id"]: e["candidates"][int(logits[i].argmax())] for i, e in enumerate(dev)} == predictions
 
     # Evaluation only, from the saved folder, no --attn_impl: the method comes from its config.
-    again = run(
-        workspace, tmp_path / "again", "--do_eval", "--model_name_or_path", str(out), "--validation_file", dev_file
-    )
+    again = run(workspace, tmp_path / "again", "--do_eval", "--model_name_or_path", str(out), "--validation_file", dev_file)
     assert again["eval_loss"] == pytest.approx(results["eval_loss"], rel=1e-6)
     assert again["eval_accuracy"] == results["eval_accuracy"]
 

@@ -1,7 +1,6 @@
 """Slow tier: WikiHop fine-tuning on two real CPU processes (gloo) equals one process with the
 same global batch, under torchrun and under `accelerate launch` with configs/accelerate/cpu-2proc.yaml."""
 
-
 import pytest
 from training_fixtures import logged_losses, read_json, run_on_two_processes, run_script
 from wikihop_fixtures import save_tiny_encoder, write_files

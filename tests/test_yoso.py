@@ -179,8 +179,9 @@ def test_hash_bits_are_the_signs_of_the_exact_projections():
     q, exact_q = vectors_on_hash_boundaries(module.projections, 2, 24, generator)
     k, exact_k = vectors_on_hash_boundaries(module.projections, 2, 24, generator)
     v = torch.randn(2, HEADS, 24, dim, generator=generator, device="cpu").to(q.device)
-    codes = [Y._bits_to_codes((e.flatten(-2)[..., : num_hash * tau] > 0).unflatten(-1, (num_hash, tau)))
-             for e in (exact_q, exact_k)]
+    codes = [
+        Y._bits_to_codes((e.flatten(-2)[..., : num_hash * tau] > 0).unflatten(-1, (num_hash, tau))) for e in (exact_q, exact_k)
+    ]
     want = F.normalize(Y.lsh_collision_attention(unit(q), unit(k), v, *codes, tau), dim=-1)
     torch.testing.assert_close(module(q, k, v, None, dim**-0.5), want, atol=1e-6, rtol=1e-6)
 
@@ -345,8 +346,7 @@ def test_yoso_module_with_many_hashes_approaches_yoso_e():
     mask[1, 25:] = False
     exact = make("yoso_e", hash_code_len=4)(q, k, v, mask)
     errors = {
-        m: relative_error(make("yoso", hash_code_len=4, num_hash=m, use_fast_hash=False)(q, k, v, mask), exact)
-        for m in (8, 2000)
+        m: relative_error(make("yoso", hash_code_len=4, num_hash=m, use_fast_hash=False)(q, k, v, mask), exact) for m in (8, 2000)
     }
     assert errors[2000] < 0.08 and errors[2000] < errors[8] / 8
 
@@ -407,14 +407,24 @@ def test_conv_window_adds_a_depthwise_convolution_of_the_masked_values(name):
 
 def test_defaults_and_invalid_options():
     assert option_defaults("yoso") == {
-        "hash_code_len": 9, "num_hash": 32, "use_fast_hash": True, "conv_window": None, "seed": 0,
+        "hash_code_len": 9,
+        "num_hash": 32,
+        "use_fast_hash": True,
+        "conv_window": None,
+        "seed": 0,
     }
     assert option_defaults("yoso_e") == {"hash_code_len": 9, "conv_window": None, "gradient": "lower_bound"}
     assert not make("yoso", conv_window=0).conv
     for name, bad in [
-        ("yoso", {"hash_code_len": 0}), ("yoso", {"hash_code_len": 25}), ("yoso", {"num_hash": 0}),
-        ("yoso", {"use_fast_hash": 1}), ("yoso", {"conv_window": 4}), ("yoso", {"seed": -1}),
-        ("yoso_e", {"gradient": "autograd"}), ("yoso_e", {"conv_window": -3}), ("yoso_e", {"hash_code_len": 2.5}),
+        ("yoso", {"hash_code_len": 0}),
+        ("yoso", {"hash_code_len": 25}),
+        ("yoso", {"num_hash": 0}),
+        ("yoso", {"use_fast_hash": 1}),
+        ("yoso", {"conv_window": 4}),
+        ("yoso", {"seed": -1}),
+        ("yoso_e", {"gradient": "autograd"}),
+        ("yoso_e", {"conv_window": -3}),
+        ("yoso_e", {"hash_code_len": 2.5}),
     ]:
         with pytest.raises(ValueError, match=next(iter(bad))):
             make(name, **bad)

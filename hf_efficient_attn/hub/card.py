@@ -125,9 +125,7 @@ def training_lines(trainer_state: dict[str, Any] | None) -> list[str]:
     if eval_logs:
         last = eval_logs[-1]
         shown = ", ".join(
-            f"{k} {v:.4g}"
-            for k, v in last.items()
-            if k.startswith("eval_") and k.removeprefix("eval_") not in _BOOKKEEPING
+            f"{k} {v:.4g}" for k, v in last.items() if k.startswith("eval_") and k.removeprefix("eval_") not in _BOOKKEEPING
         )
         lines.append(f"Last evaluation during training (step {last.get('step')}): {shown}.")
     return lines
@@ -207,13 +205,10 @@ def limitations(model: PreTrainedModel, trained: bool) -> list[str]:
             "fine-tuning before its outputs are meaningful."
         )
     if method.samples:
-        lines.append(
-            "It draws random samples; in `model.eval()` they come from the `seed` option, so inference is reproducible."
-        )
+        lines.append("It draws random samples; in `model.eval()` they come from the `seed` option, so inference is reproducible.")
     if not method.padding_invariant:
         lines.append(
-            "Its samples depend on the padded length: a sequence's output changes slightly with the padding "
-            "of its batch."
+            "Its samples depend on the padded length: a sequence's output changes slightly with the padding of its batch."
         )
     if method.length_bound:
         lines.append(
@@ -223,8 +218,7 @@ def limitations(model: PreTrainedModel, trained: bool) -> list[str]:
     count = method_parameter_count(model)
     if count and not trained:
         lines.append(
-            f"Its {count} parameters were newly initialised at conversion and no training is recorded: "
-            "train them before use."
+            f"Its {count} parameters were newly initialised at conversion and no training is recorded: train them before use."
         )
     if model.config.model_type == "longformer":
         lines.append(
@@ -256,9 +250,7 @@ def build_model_card(
     pipeline_tag = PIPELINE_TAGS[auto_class]
     metrics = read_metrics(results_file) if results_file else []
     if metrics and not dataset_name:
-        raise ValueError(
-            "a results file needs --dataset_name (the Hub id of the evaluation dataset) for the model-index"
-        )
+        raise ValueError("a results file needs --dataset_name (the Hub id of the evaluation dataset) for the model-index")
     if not Path(template_path).is_file():
         raise ValueError(f"model-card template not found: {template_path}")
     card_data = ModelCardData(
@@ -296,9 +288,7 @@ def build_model_card(
         training=stages or training_lines(trainer_state),
         results=[(metric, split, f"{value:.4g}") for split, metric, value in metrics],
         results_file=Path(results_file).name if results_file else None,
-        dataset=f"`{dataset_name}`" + (f" (`{dataset_config_name}`)" if dataset_config_name else "")
-        if dataset_name
-        else None,
+        dataset=f"`{dataset_name}`" + (f" (`{dataset_config_name}`)" if dataset_config_name else "") if dataset_name else None,
         limitations=limitations(model, trained=trained),
         auto_class=auto_class,
     )

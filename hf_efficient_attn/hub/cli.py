@@ -39,17 +39,12 @@ class PushArguments:
     )
     attn_impl: str | None = field(
         default=None,
-        metadata={
-            "help": "Method for a plain checkpoint (or to re-convert a variant): one of "
-            + ", ".join(hea.list_methods())
-        },
+        metadata={"help": "Method for a plain checkpoint (or to re-convert a variant): one of " + ", ".join(hea.list_methods())},
     )
     attn_config: str | None = field(
         default=None, metadata={"help": "Method options as a JSON object, e.g. '{\"block_per_row\": 16}'."}
     )
-    tokenizer_name: str | None = field(
-        default=None, metadata={"help": "Tokenizer to ship, if not the one saved in --model_dir."}
-    )
+    tokenizer_name: str | None = field(default=None, metadata={"help": "Tokenizer to ship, if not the one saved in --model_dir."})
     base_model: str | None = field(
         default=None,
         metadata={
@@ -66,9 +61,7 @@ class PushArguments:
     )
     results_file: str | None = field(
         default=None,
-        metadata={
-            "help": "A Trainer eval_results.json / test_results.json / all_results.json for the card's model-index."
-        },
+        metadata={"help": "A Trainer eval_results.json / test_results.json / all_results.json for the card's model-index."},
     )
     dataset_name: str | None = field(
         default=None, metadata={"help": "Hub id of the dataset trained or evaluated on (required with --results_file)."}

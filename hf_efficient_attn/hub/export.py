@@ -65,18 +65,14 @@ def resolve_repo_id(repo_id: str, default_name: str | None) -> str:
     return full
 
 
-def load_variant(
-    model_dir: str, attn_impl: str | None = None, attn_config: dict[str, Any] | None = None
-) -> PreTrainedModel:
+def load_variant(model_dir: str, attn_impl: str | None = None, attn_config: dict[str, Any] | None = None) -> PreTrainedModel:
     """The model of ``model_dir`` with its method: the one saved in its config, or ``attn_impl``
     (required for a plain checkpoint), through the ``hf_efficient_attn.AutoModel*`` class of its head."""
     config = AutoConfig.from_pretrained(model_dir)
     auto_class = auto_class_for(config.model_type, config.architectures or [])
     loader = getattr(hea, auto_class, None)
     if loader is None:
-        raise ValueError(
-            f"{model_dir} is a {config.architectures[0]}; hf_efficient_attn has no {auto_class} to load it"
-        )
+        raise ValueError(f"{model_dir} is a {config.architectures[0]}; hf_efficient_attn has no {auto_class} to load it")
     model = loader.from_pretrained(model_dir, attn_impl=attn_impl, attn_config=attn_config)
     if getattr(model.config, "attn_impl", None) is None:
         raise ValueError(

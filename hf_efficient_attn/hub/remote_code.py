@@ -114,9 +114,7 @@ def flatten_imports(module: str, source: str) -> str:
     """``source`` (of package module ``module``) with its package imports rewritten to sibling
     imports, ``from ..registry import x`` -> ``from .hea_registry import x``; nothing else changes."""
     lines = source.splitlines(keepends=True)
-    edits = sorted(
-        _package_imports(module, ast.parse(source)), key=lambda e: (e[0].lineno, e[0].col_offset), reverse=True
-    )
+    edits = sorted(_package_imports(module, ast.parse(source)), key=lambda e: (e[0].lineno, e[0].col_offset), reverse=True)
     for node, target in edits:
         rewritten = ast.unparse(ast.ImportFrom(module=shipped_module_name(target), names=node.names, level=1))
         first, last = node.lineno - 1, node.end_lineno - 1
@@ -162,9 +160,7 @@ def _method_classes(model: nn.Module) -> list[type[AttentionMethod]]:
         )
     for cls in classes:
         if not cls.__module__.startswith(PACKAGE + "."):
-            raise ValueError(
-                f"method {cls.name!r} is defined in {cls.__module__}: only {PACKAGE}'s own methods can ship"
-            )
+            raise ValueError(f"method {cls.name!r} is defined in {cls.__module__}: only {PACKAGE}'s own methods can ship")
     return classes
 
 
@@ -175,13 +171,11 @@ def render_modeling_file(model: nn.Module) -> tuple[str, dict[str, str]]:
     base_classes = model_classes(config.model_type)
     names = {cls: f"Efficient{cls}" for cls in dict.fromkeys(base_classes.values())}
     classes = "".join(
-        f"\n\nclass {efficient}(EfficientModelMixin, {cls}):\n"
-        f'    """``{cls}`` with ``config.attn_impl`` self-attention."""\n'
+        f'\n\nclass {efficient}(EfficientModelMixin, {cls}):\n    """``{cls}`` with ``config.attn_impl`` self-attention."""\n'
         for cls, efficient in names.items()
     )
     method_imports = "\n".join(
-        f'from .{shipped_module_name(m.__module__)} import {m.__name__}  # noqa: F401  (registers "{m.name}")'
-        for m in methods
+        f'from .{shipped_module_name(m.__module__)} import {m.__name__}  # noqa: F401  (registers "{m.name}")' for m in methods
     )
     example = methods[0].__module__
     source = MODELING_TEMPLATE.format(

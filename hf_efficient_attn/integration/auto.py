@@ -107,9 +107,7 @@ class _EfficientAutoModel:
         if isinstance(config, PretrainedConfig):
             config = copy.deepcopy(config)  # as Transformers' from_pretrained, the caller's config is left as it was
         else:
-            config, kwargs = AutoConfig.from_pretrained(
-                config or path, return_unused_kwargs=True, **hub_kwargs, **kwargs
-            )
+            config, kwargs = AutoConfig.from_pretrained(config or path, return_unused_kwargs=True, **hub_kwargs, **kwargs)
         choice = chosen_method(config, attn_impl, attn_config, attn_implementation)
         if choice is not None:  # the model patches itself with it while it is built (patching.py)
             config.attn_impl, config.attn_config = choice.name, choice.attn_config

@@ -119,8 +119,12 @@ class Segments:
 
 
 def _padded_batches(
-    sequence: torch.Tensor, offset: torch.Tensor, real_tokens: torch.Tensor, row_start: torch.Tensor,
-    shapes: list[tuple[int, int]], row_len: int,
+    sequence: torch.Tensor,
+    offset: torch.Tensor,
+    real_tokens: torch.Tensor,
+    row_start: torch.Tensor,
+    shapes: list[tuple[int, int]],
+    row_len: int,
 ) -> PaddedBatches:
     """The layout in which sequence ``s`` starts at slot ``row_start[s]``."""
     token_to_slot = row_start[sequence] + offset
@@ -203,9 +207,7 @@ def packed_segments(
     return Segments(sequence, offset, real_tokens, count, length, batches)
 
 
-def shift_packed_positions(
-    position_ids: torch.Tensor, attention_mask: torch.Tensor | None, offset: int
-) -> torch.Tensor:
+def shift_packed_positions(position_ids: torch.Tensor, attention_mask: torch.Tensor | None, offset: int) -> torch.Tensor:
     """Positions of a RoBERTa-family model (which start at ``offset`` = ``pad_token_id + 1``) from
     packed ``position_ids``: sequences that start at 0 (the collator's default ``position_ids_start``)
     are shifted by ``offset``; those that start at ``offset`` are kept, and so are padded tokens at
@@ -234,7 +236,11 @@ def groups_by_length(method: AttentionMethod) -> bool:
 
 
 def attend_packed(
-    method: AttentionMethod, segments: Segments, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+    method: AttentionMethod,
+    segments: Segments,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
     scaling: float | None,
 ) -> torch.Tensor:
     """(B, H, N, D) packed q, k, v -> (B, H, N, D): ``method`` on each padded batch of the sequences."""

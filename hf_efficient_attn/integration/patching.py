@@ -145,8 +145,11 @@ class EfficientModelMixin:
             return kwargs, None  # the layers work it out from the keywords (a custom 4D mask among them)
         batch, seq_len = tokens.shape[:2]
         segments = packed_segments(
-            kwargs, None if mask is None else mask.bool(),
-            batch, seq_len, group=groups_by_length(next(iter(method_modules(self)))),
+            kwargs,
+            None if mask is None else mask.bool(),
+            batch,
+            seq_len,
+            group=groups_by_length(next(iter(method_modules(self)))),
         )
         return (kwargs if longformer else {**kwargs, SEGMENTS_KEYWORD: segments}), segments
 
@@ -238,8 +241,11 @@ def __getattr__(name: str) -> type:
 
 def _base_class(model: nn.Module) -> type:
     cls = type(model)
-    return next(c for c in cls.__mro__[1:] if not issubclass(c, EfficientModelMixin)) if issubclass(
-        cls, EfficientModelMixin) else cls
+    return (
+        next(c for c in cls.__mro__[1:] if not issubclass(c, EfficientModelMixin))
+        if issubclass(cls, EfficientModelMixin)
+        else cls
+    )
 
 
 def _set_class(model: PreTrainedModel, cls: type) -> None:
@@ -281,8 +287,7 @@ def patch_model(
     config = model.config
     if attn_impl is None and getattr(config, "attn_impl", None) is None:
         raise ValueError(
-            "patch_model needs attn_impl (the model's config names no method); "
-            f"known methods: {', '.join(list_methods())}"
+            f"patch_model needs attn_impl (the model's config names no method); known methods: {', '.join(list_methods())}"
         )
     if isinstance(attn_impl, MethodChoice):
         if attn_config is not None:

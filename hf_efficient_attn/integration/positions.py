@@ -73,4 +73,3 @@ def extend_position_embeddings(model: PreTrainedModel, max_length: int = 4096) -
     for method in (m for m in method_modules(model) if not m.length_bound):
         method.set_max_seq_len(total)  # eval draws tied to positions cover the new ones, as a reload draws them
     return model
-

@@ -84,9 +84,10 @@ class MethodOptions:
 
 def seed_field() -> Any:
     """The ``seed`` option of a sampling method: one meaning in every method."""
-    return field(default=0, metadata={"help": (
-        "Seeds the fixed draws of eval mode (layer i uses `seed + 1000 i`); training draws fresh ones."
-    )})
+    return field(
+        default=0,
+        metadata={"help": ("Seeds the fixed draws of eval mode (layer i uses `seed + 1000 i`); training draws fresh ones.")},
+    )
 
 
 @dataclass(frozen=True)

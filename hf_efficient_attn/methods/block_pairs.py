@@ -163,44 +163,68 @@ class PairBlockSparseAttention(torch.autograd.Function):
     def backward(ctx, grad_out):
         q, k, v, key_real, extra_value, extra_score, selected, out, lse = ctx.saved_tensors
         shape = q.shape
-        *flat, key_real, extra_value, extra_score, selected = _sliced(q, k, v, key_real, extra_value, extra_score,
-                                                                       selected)
+        *flat, key_real, extra_value, extra_score, selected = _sliced(q, k, v, key_real, extra_value, extra_score, selected)
         grad_out, out, lse = (t.reshape(selected.shape[0], *t.shape[2:]) for t in (grad_out.contiguous(), out, lse))
         grads = [torch.empty_like(t) for t in flat]
-        extra_grads = [None, None] if extra_score is None else [torch.empty_like(extra_value),
-                                                                 torch.empty_like(extra_score)]
+        extra_grads = [None, None] if extra_score is None else [torch.empty_like(extra_value), torch.empty_like(extra_score)]
 
         def one_slice(s, queries, keys, valid):
-            result = pair_backward(_rows(grad_out, s), *(_rows(t, s) for t in flat), _rows(key_real, s),
-                                   _rows(extra_value, s), _rows(extra_score, s), queries, keys, valid,
-                                   _rows(out, s), _rows(lse, s), ctx.scaling)
+            result = pair_backward(
+                _rows(grad_out, s),
+                *(_rows(t, s) for t in flat),
+                _rows(key_real, s),
+                _rows(extra_value, s),
+                _rows(extra_score, s),
+                queries,
+                keys,
+                valid,
+                _rows(out, s),
+                _rows(lse, s),
+                ctx.scaling,
+            )
             for target, grad in zip(grads + extra_grads, result):
                 if target is not None:
                     target[s] = grad.view(target[s].shape)
 
         _for_each_slice(one_slice, selected, ctx.max_pairs, shape[-2] * shape[-1])
-        extra_grads = [None if g is None else g.view(t.shape) for g, t in
-                       zip(extra_grads, ctx.saved_tensors[4:6])]
+        extra_grads = [None if g is None else g.view(t.shape) for g, t in zip(extra_grads, ctx.saved_tensors[4:6])]
         return *(g.view(shape) for g in grads), None, *extra_grads, None, None, None
 
 
 def _pairs_out_and_lse(q, k, v, key_real, extra_value, extra_score, selected, scaling, max_pairs):
     """Forward of :func:`pair_attention`, also returning the per-row log-sum-exp (B, H, nb, b)."""
     shape = q.shape
-    *flat, key_real, extra_value, extra_score, selected = _sliced(q, k, v, key_real, extra_value, extra_score,
-                                                                   selected)
+    *flat, key_real, extra_value, extra_score, selected = _sliced(q, k, v, key_real, extra_value, extra_score, selected)
     parts = _for_each_slice(
-        lambda s, queries, keys, valid: pair_forward(*(_rows(t, s) for t in flat), _rows(key_real, s),
-                                                     _rows(extra_value, s), _rows(extra_score, s), queries, keys,
-                                                     valid, scaling),
-        selected, max_pairs, shape[-2] * shape[-1])
+        lambda s, queries, keys, valid: pair_forward(
+            *(_rows(t, s) for t in flat),
+            _rows(key_real, s),
+            _rows(extra_value, s),
+            _rows(extra_score, s),
+            queries,
+            keys,
+            valid,
+            scaling,
+        ),
+        selected,
+        max_pairs,
+        shape[-2] * shape[-1],
+    )
     out, lse = (torch.cat(t) if len(t) > 1 else t[0] for t in zip(*parts))
     return out.view(shape), lse.view(shape[:-1])
 
 
-def pair_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, selected: torch.Tensor, scaling: float,
-                   key_real: torch.Tensor | None = None, extra_value: torch.Tensor | None = None,
-                   extra_score: torch.Tensor | None = None, max_pairs: int | None = None) -> torch.Tensor:
+def pair_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    selected: torch.Tensor,
+    scaling: float,
+    key_real: torch.Tensor | None = None,
+    extra_value: torch.Tensor | None = None,
+    extra_score: torch.Tensor | None = None,
+    max_pairs: int | None = None,
+) -> torch.Tensor:
     """:func:`.block_sparse.block_sparse_attention` (same arguments and result) over a list of
     ``max_pairs`` pairs per (batch, head) (None: all nb * nb); every head must select at most that many."""
     nb = q.shape[2]

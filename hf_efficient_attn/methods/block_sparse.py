@@ -61,14 +61,14 @@ def plan_blocks(selected: torch.Tensor, chunk_blocks: int) -> BlockPlan:
     values, sizes = torch.unique_consecutive(sorted_counts, return_counts=True)
     chunks, empty, start = [], order[:0], 0
     for count, size in zip(values.tolist(), sizes.tolist()):
-        group = order[start:start + size]
+        group = order[start : start + size]
         start += size
         if count == 0:
             empty = group
             continue
         partners = partner_of_pair[first_pair[group, None] + torch.arange(count, device=selected.device)]
         step = max(1, chunk_blocks // count)
-        chunks += [Chunk(count, group[i:i + step], partners[i:i + step].reshape(-1)) for i in range(0, size, step)]
+        chunks += [Chunk(count, group[i : i + step], partners[i : i + step].reshape(-1)) for i in range(0, size, step)]
     return BlockPlan(chunks, empty, selected.shape[1], nb)
 
 
@@ -79,8 +79,9 @@ def _padded_keys(key_real: torch.Tensor | None, block_size: int) -> torch.Tensor
     return ~key_real.reshape(-1, block_size)
 
 
-def _mask_padded_keys(scores: torch.Tensor, key_padding: torch.Tensor | None, plan: BlockPlan, keys: torch.Tensor,
-                      key_dim: int) -> None:
+def _mask_padded_keys(
+    scores: torch.Tensor, key_padding: torch.Tensor | None, plan: BlockPlan, keys: torch.Tensor, key_dim: int
+) -> None:
     """Set to -inf, in place, the scores of the padded keys of key blocks ``keys`` (ids (batch, head, y)):
     ``scores`` viewed as (len(keys), ...) holds each block's b keys along ``key_dim`` (1 or 2). Only
     the blocks holding a padded key are touched (found by a host read): padding-only blocks are never
@@ -101,9 +102,16 @@ def _mask_padded_keys(scores: torch.Tensor, key_padding: torch.Tensor | None, pl
 
 
 @torch.library.custom_op(f"{OP_NAMESPACE}::block_sparse_forward", mutates_args=())
-def block_sparse_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_real: torch.Tensor | None,
-                         extra_value: torch.Tensor | None, extra_score: torch.Tensor | None, selected: torch.Tensor,
-                         scaling: float) -> tuple[torch.Tensor, torch.Tensor]:
+def block_sparse_forward(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    key_real: torch.Tensor | None,
+    extra_value: torch.Tensor | None,
+    extra_score: torch.Tensor | None,
+    selected: torch.Tensor,
+    scaling: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """softmax over [selected key blocks, one extra key] per query block (module docstring):
     the output as blocks (B, H, nb, b, d) and the per-row log-sum-exp (B, H, nb, b)."""
     shape = q.shape
@@ -120,8 +128,9 @@ def block_sparse_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_
         g, c, queries, keys = chunk.rows.numel(), chunk.count, chunk.rows, chunk.partners
         # S^T = scaling * K Q^T, (G, c * b, b), keys on dim 1: in this orientation both bmm take
         # contiguous or cheaply transposed operands (faster on CPU); the scaling rides on the bmm.
-        scores = torch.baddbmm(no_bias, k.index_select(0, keys).view(g, c * b, d),
-                               q.index_select(0, queries).transpose(1, 2), beta=0, alpha=scaling)
+        scores = torch.baddbmm(
+            no_bias, k.index_select(0, keys).view(g, c * b, d), q.index_select(0, queries).transpose(1, 2), beta=0, alpha=scaling
+        )
         _mask_padded_keys(scores, key_padding, plan, keys, key_dim=1)
         row_max = scores.amax(1)  # finite: every selected block holds a real key
         if extra_score is not None:
@@ -153,11 +162,19 @@ def _(q, k, v, key_real, extra_value, extra_score, selected, scaling):
 
 
 @torch.library.custom_op(f"{OP_NAMESPACE}::block_sparse_backward", mutates_args=())
-def block_sparse_backward(grad_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                          key_real: torch.Tensor | None, extra_value: torch.Tensor | None,
-                          extra_score: torch.Tensor | None, selected: torch.Tensor, out: torch.Tensor,
-                          lse: torch.Tensor, scaling: float
-                          ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+def block_sparse_backward(
+    grad_out: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    key_real: torch.Tensor | None,
+    extra_value: torch.Tensor | None,
+    extra_score: torch.Tensor | None,
+    selected: torch.Tensor,
+    out: torch.Tensor,
+    lse: torch.Tensor,
+    scaling: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Gradients of :func:`block_sparse_forward`'s output: (dq, dk, dv, d extra_value,
     d extra_score); the last two are empty without an extra key."""
     shape = q.shape
@@ -180,14 +197,14 @@ def block_sparse_backward(grad_out: torch.Tensor, q: torch.Tensor, k: torch.Tens
         q_rows, d_out = (t.index_select(0, queries).view(g, c * b, d) for t in (q, grad_out))
         k_block, v_block = k.index_select(0, keys), v.index_select(0, keys)
         # P = exp(scaling * Q K^T - lse), (G, c * b, b); the scaling rides on the bmm (alpha).
-        scores = torch.baddbmm(neg_lse.index_select(0, queries).view(g, c * b, 1), q_rows, k_block.transpose(1, 2),
-                               alpha=scaling)
+        scores = torch.baddbmm(neg_lse.index_select(0, queries).view(g, c * b, 1), q_rows, k_block.transpose(1, 2), alpha=scaling)
         _mask_padded_keys(scores, key_padding, plan, keys, key_dim=2)
         probs = scores.exp_()
         grad_v.index_copy_(0, keys, torch.bmm(probs.transpose(1, 2), d_out))
         # scaling * dS = scaling * P * (dP - delta), dP = dO V^T: dK = (scaling dS)^T Q, dQ = (scaling dS) K.
-        d_scores = torch.baddbmm(neg_scaled_delta.index_select(0, queries).view(g, c * b, 1), d_out,
-                                 v_block.transpose(1, 2), alpha=scaling).mul_(probs)
+        d_scores = torch.baddbmm(
+            neg_scaled_delta.index_select(0, queries).view(g, c * b, 1), d_out, v_block.transpose(1, 2), alpha=scaling
+        ).mul_(probs)
         grad_k.index_copy_(0, keys, torch.bmm(d_scores.transpose(1, 2), q_rows))
         grad_q.index_add_(0, queries, torch.bmm(d_scores, k_block).view(g * c, b, d))
     if extra_score is None:
@@ -203,8 +220,11 @@ def block_sparse_backward(grad_out: torch.Tensor, q: torch.Tensor, k: torch.Tens
 
 @block_sparse_backward.register_fake
 def _(grad_out, q, k, v, key_real, extra_value, extra_score, selected, out, lse, scaling):
-    extra_grads = (q.new_empty(0), q.new_empty(0)) if extra_score is None else (
-        torch.empty_like(extra_value), torch.empty_like(extra_score))
+    extra_grads = (
+        (q.new_empty(0), q.new_empty(0))
+        if extra_score is None
+        else (torch.empty_like(extra_value), torch.empty_like(extra_score))
+    )
     return q.new_empty(q.shape), q.new_empty(q.shape), q.new_empty(q.shape), *extra_grads
 
 
@@ -217,8 +237,7 @@ def _setup_context(ctx, inputs, output):
 def _backward(ctx, grad_out, grad_lse):
     # The log-sum-exp stays inside block_sparse_attention: no gradient reaches it.
     q, k, v, key_real, extra_value, extra_score, selected, out, lse = ctx.saved_tensors
-    grads = block_sparse_backward(grad_out, q, k, v, key_real, extra_value, extra_score, selected, out, lse,
-                                  ctx.scaling)
+    grads = block_sparse_backward(grad_out, q, k, v, key_real, extra_value, extra_score, selected, out, lse, ctx.scaling)
     grad_extra = (None, None) if extra_score is None else grads[3:]
     return *grads[:3], None, *grad_extra, None, None
 

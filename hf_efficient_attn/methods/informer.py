@@ -42,9 +42,7 @@ def informer_count_of(length: int, factor: float) -> int:
     return min(max(math.ceil(factor * math.ceil(math.log(max(length, 1)))), 1), length)
 
 
-def _measure(
-    q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor, valid: torch.Tensor, scaling: float
-) -> torch.Tensor:
+def _measure(q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor, valid: torch.Tensor, scaling: float) -> torch.Tensor:
     """max - mean of q_i . k_j s over the valid sampled keys j = positions (B, C, U) of every query
     i of q (B, H, C, D): (B, H, C). ``valid`` (B, 1, 1, U) marks the samples that count."""
     batch, heads, size, dim = q.shape
@@ -89,8 +87,9 @@ class Informer(AttentionMethod):
     """ProbSparse self-attention: exact rows for the top-u queries by M, mean of V for the rest."""
 
     name = "informer"
-    paper = Paper("Informer: Beyond Efficient Transformer for Long Sequence Time-Series Forecasting",
-                  "Zhou et al., AAAI 2021", "2012.07436")
+    paper = Paper(
+        "Informer: Beyond Efficient Transformer for Long Sequence Time-Series Forecasting", "Zhou et al., AAAI 2021", "2012.07436"
+    )
     cost = "O(n c ln n · d)"
     budget_option = "factor"
     options_cls = InformerOptions

@@ -38,15 +38,25 @@ SHARING_MODES = ("none", "headwise", "key-value", "layerwise")
 
 @dataclass
 class LinformerOptions(MethodOptions):
-    k: int = field(default=256, metadata={"help": (
-        "Projected dimension; section 5.1 (Fig. 3(d)) holds k = 256 for n = 512..4096, and Table 2 shows k = 256 "
-        "matching RoBERTa at 512 and 1024."
-    )})
-    sharing: str = field(default="layerwise", metadata={"help": (
-        "The sharing levels of section 4: `\"headwise\"` (E, F per layer), `\"key-value\"` (E = F per layer), "
-        "`\"layerwise\"` (one E for every layer, head, key and value: the best of section 5.2 / Table 2, and the "
-        "variant of Table 3), plus `\"none\"` (E_i, F_i per head)."
-    )})
+    k: int = field(
+        default=256,
+        metadata={
+            "help": (
+                "Projected dimension; section 5.1 (Fig. 3(d)) holds k = 256 for n = 512..4096, and Table 2 shows k = 256 "
+                "matching RoBERTa at 512 and 1024."
+            )
+        },
+    )
+    sharing: str = field(
+        default="layerwise",
+        metadata={
+            "help": (
+                'The sharing levels of section 4: `"headwise"` (E, F per layer), `"key-value"` (E = F per layer), '
+                '`"layerwise"` (one E for every layer, head, key and value: the best of section 5.2 / Table 2, and the '
+                'variant of Table 3), plus `"none"` (E_i, F_i per head).'
+            )
+        },
+    )
 
     def validate(self) -> None:
         check_int("k", self.k, 1)

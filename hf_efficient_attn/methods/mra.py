@@ -44,26 +44,46 @@ MRA_PAPER = Paper("Multi Resolution Analysis (MRA) for Approximate Self-Attentio
 
 @dataclass
 class MraOptions(MethodOptions):
-    block_size: int = field(default=32, metadata={"help": (
-        "b in R = {b, 1} (section 5; 32 is the paper's and the only size of the official CUDA kernels). Any "
-        "positive integer works (exact at full budget for 1, 7 and 64, tested); a smaller b makes the (n/b)² part dearer."
-    )})
-    block_per_row: int = field(default=4, metadata={"help": (
-        "Exact blocks per query block on average (the budget of Alg. 1); 4 = Transformers' `MraConfig` default and "
-        "the official RoBERTa-512 config. The official 4096-token runs use 16 with priors "
-        "(`configs/methods/mra2-4096.json`)."
-    )})
-    initial_prior_first_n_blocks: int = field(default=0, metadata={"help": (
-        "Alg. 1 \"prespecified via priors\": the first n query-block rows and key-block columns (global tokens); "
-        "0 = off, as in `MraConfig`."
-    )})
-    initial_prior_diagonal_n_blocks: int = field(default=0, metadata={"help": (
-        "Priors on the band |x − y| ≤ n // 2 around the diagonal; 0 = off, as in `MraConfig`."
-    )})
-    backend: str = field(default="auto", metadata={"help": (
-        "`\"gather\"` (plain PyTorch, training and inference), `\"pairs\"` (plain PyTorch, static shapes), "
-        "`\"flex\"` (compiled FlexAttention, inference on CPU) or `\"auto\"` (`pairs` on CUDA, `gather` elsewhere)."
-    )})
+    block_size: int = field(
+        default=32,
+        metadata={
+            "help": (
+                "b in R = {b, 1} (section 5; 32 is the paper's and the only size of the official CUDA kernels). Any "
+                "positive integer works (exact at full budget for 1, 7 and 64, tested); a smaller b makes the (n/b)² part dearer."
+            )
+        },
+    )
+    block_per_row: int = field(
+        default=4,
+        metadata={
+            "help": (
+                "Exact blocks per query block on average (the budget of Alg. 1); 4 = Transformers' `MraConfig` default and "
+                "the official RoBERTa-512 config. The official 4096-token runs use 16 with priors "
+                "(`configs/methods/mra2-4096.json`)."
+            )
+        },
+    )
+    initial_prior_first_n_blocks: int = field(
+        default=0,
+        metadata={
+            "help": (
+                'Alg. 1 "prespecified via priors": the first n query-block rows and key-block columns (global tokens); '
+                "0 = off, as in `MraConfig`."
+            )
+        },
+    )
+    initial_prior_diagonal_n_blocks: int = field(
+        default=0, metadata={"help": ("Priors on the band |x − y| ≤ n // 2 around the diagonal; 0 = off, as in `MraConfig`.")}
+    )
+    backend: str = field(
+        default="auto",
+        metadata={
+            "help": (
+                '`"gather"` (plain PyTorch, training and inference), `"pairs"` (plain PyTorch, static shapes), '
+                '`"flex"` (compiled FlexAttention, inference on CPU) or `"auto"` (`pairs` on CUDA, `gather` elsewhere).'
+            )
+        },
+    )
 
     def validate(self) -> None:
         check_int("block_size", self.block_size, 1)
@@ -113,8 +133,9 @@ def max_budget(blocks: int, block_per_row: int) -> int:
 
 
 @torch.no_grad()
-def select_blocks(logits: torch.Tensor, counts: torch.Tensor, block_per_row: int, first_n: int = 0,
-                  diagonal_n: int = 0) -> torch.Tensor:
+def select_blocks(
+    logits: torch.Tensor, counts: torch.Tensor, block_per_row: int, first_n: int = 0, diagonal_n: int = 0
+) -> torch.Tensor:
     """Alg. 1 for R = {b, 1}: bool (B, H, nb, nb), True for the block pairs attended exactly.
 
     Per sequence the budget is block_per_row x (query blocks holding a real token), capped at
@@ -195,7 +216,8 @@ class LowResolutionAttention(torch.autograd.Function):
         for s in (slice(i, i + step) for i in range(0, batch * heads, step)):
             mean_q, mean_k, mean_v, g_out, out_s = (t[s] for t in flat)
             probs, _ = LowResolutionAttention._probs(
-                (mean_q @ mean_k.transpose(1, 2)).mul_(ctx.scaling).add_(log_counts[s]), dropped[s])
+                (mean_q @ mean_k.transpose(1, 2)).mul_(ctx.scaling).add_(log_counts[s]), dropped[s]
+            )
             grads[2][s] = probs.transpose(1, 2) @ g_out
             # out_x = sum_y p_xy v_y and lse_x = log sum_y exp(s_xy):
             # dL/ds_xy = p_xy (g_x . v_y - g_x . out_x + dL/dlse_x).
@@ -212,8 +234,9 @@ def low_resolution_attention(stats: BlockStats, selected: torch.Tensor, scaling:
     over the key blocks that hold a real token and are not ``selected``."""
     log_counts = stats.counts.to(stats.logits.dtype).log()[:, None, None, :]
     dropped = selected | (stats.counts == 0)[:, None, None, :]
-    return LowResolutionAttention.apply(stats.query_means, stats.key_means, stats.value_means, stats.logits,
-                                        log_counts, dropped, scaling)
+    return LowResolutionAttention.apply(
+        stats.query_means, stats.key_means, stats.value_means, stats.logits, log_counts, dropped, scaling
+    )
 
 
 # ----------------------------------------------------------------------------- methods
@@ -254,15 +277,19 @@ class _MraBase(AttentionMethod):
         # Padded tokens are zero (the base class zeroes key padding; internal padding adds zeros).
         # Blocks (B, H, nb, b, D): one view per tensor, shared by the block means and the exact part,
         # so that their gradients add up in one buffer.
-        q, k, v = (pad_to_length(t.to(work_dtype), nb * bs, dim=2).contiguous().unflatten(2, (nb, bs))
-                   for t in (q, k, v))
+        q, k, v = (pad_to_length(t.to(work_dtype), nb * bs, dim=2).contiguous().unflatten(2, (nb, bs)) for t in (q, k, v))
         if use_flex and not torch.is_grad_enabled():
             q, k, v = (t.detach() for t in (q, k, v))  # CPU flex refuses inputs that require grad
 
         stats_dtype = compute_dtype(q)
         stats = block_stats(q.to(stats_dtype), k.to(stats_dtype), v.to(stats_dtype), real, scaling)
-        selected = select_blocks(stats.logits, stats.counts, opts.block_per_row,
-                                 opts.initial_prior_first_n_blocks, opts.initial_prior_diagonal_n_blocks)
+        selected = select_blocks(
+            stats.logits,
+            stats.counts,
+            opts.block_per_row,
+            opts.initial_prior_first_n_blocks,
+            opts.initial_prior_diagonal_n_blocks,
+        )
         low_out = low_lse = None
         if self.low_resolution:
             low_out, low_lse = low_resolution_attention(stats, selected, scaling)
@@ -272,8 +299,9 @@ class _MraBase(AttentionMethod):
             flex = flex_mra_attention if q.device.type == "cuda" else flex_mra_attention_outside_graphs
             out = flex(q, k, v, real, selected, bs, scaling, low_out, low_lse)
         elif backend == "pairs":
-            out = pair_attention(q, k, v, selected, scaling, real, low_out, low_lse,
-                                 max_pairs=max_budget(nb, opts.block_per_row)).flatten(2, 3)
+            out = pair_attention(
+                q, k, v, selected, scaling, real, low_out, low_lse, max_pairs=max_budget(nb, opts.block_per_row)
+            ).flatten(2, 3)
         else:
             out = block_sparse_attention(q, k, v, selected, scaling, real, low_out, low_lse).flatten(2, 3)
         # Slice only what was padded: a slice's backward allocates and fills a full-size gradient.

@@ -28,11 +28,15 @@ def flex_unavailable(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_si
         return f"supports dtypes {list(FLEX_DTYPES)}, got {q.dtype}"
     head_dim = q.shape[-1]
     if q.device.type == "cuda" and (block_size < 16 or block_size & (block_size - 1) or head_dim < 16):
-        return (f"on CUDA needs block_size a power of two >= 16 and head_dim >= 16 (Triton's tiles), got block_size "
-                f"{block_size}, head_dim {head_dim}; use backend='gather'")
+        return (
+            f"on CUDA needs block_size a power of two >= 16 and head_dim >= 16 (Triton's tiles), got block_size "
+            f"{block_size}, head_dim {head_dim}; use backend='gather'"
+        )
     if needs_grad(q, k, v) and q.device.type != "cuda":
-        return (f"has no backward on {q.device.type} (compiled FlexAttention is inference-only there); use "
-                "backend='gather' or 'auto', or run under torch.no_grad()")
+        return (
+            f"has no backward on {q.device.type} (compiled FlexAttention is inference-only there); use "
+            "backend='gather' or 'auto', or run under torch.no_grad()"
+        )
     return None
 
 
@@ -43,8 +47,9 @@ def _flex(autotune: bool) -> Callable:
     """flex_attention compiled for static shapes; with ``autotune``, under Inductor's max-autotune, the
     only setting whose backward tile list holds tiles narrower than 64 (see :func:`_needs_autotune`)."""
     if autotune not in _compiled_flex:
-        _compiled_flex[autotune] = torch.compile(flex_attention, dynamic=False,
-                                                 options={"max_autotune": True} if autotune else None)
+        _compiled_flex[autotune] = torch.compile(
+            flex_attention, dynamic=False, options={"max_autotune": True} if autotune else None
+        )
     return _compiled_flex[autotune]
 
 
@@ -67,9 +72,17 @@ def _block_list(sel: torch.Tensor):
     return sel.sum(-1, dtype=torch.int32), order.to(torch.int32)
 
 
-def flex_mra_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, real: torch.Tensor,
-                       selected: torch.Tensor, block_size: int, scaling: float,
-                       low_out: torch.Tensor | None = None, low_lse: torch.Tensor | None = None) -> torch.Tensor:
+def flex_mra_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    real: torch.Tensor,
+    selected: torch.Tensor,
+    block_size: int,
+    scaling: float,
+    low_out: torch.Tensor | None = None,
+    low_lse: torch.Tensor | None = None,
+) -> torch.Tensor:
     """Softmax attention over the selected blocks in one FlexAttention call; given the
     low-resolution (out, lse) of every query block, (B, H, nb, D) and (B, H, nb), query block x
     also attends to one virtual key with value ``low_out[x]`` and score ``low_lse[x]``, which is
@@ -102,8 +115,12 @@ def flex_mra_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, real: 
 
     backward = needs_grad(q, k, v)
     block_mask = BlockMask.from_kv_blocks(  # the backward walks the mask by key block: q blocks too
-        *_block_list(partial), *_block_list(dense), BLOCK_SIZE=block_size, mask_mod=mask_mod,
-        seq_lengths=(length, k.shape[2]), compute_q_blocks=backward,
+        *_block_list(partial),
+        *_block_list(dense),
+        BLOCK_SIZE=block_size,
+        mask_mod=mask_mod,
+        seq_lengths=(length, k.shape[2]),
+        compute_q_blocks=backward,
     )
     # Triton's default tiles (64-128) must divide the sparse block size; ask for block-sized ones
     # (Triton tiles are powers of two >= 16: flex_unavailable refuses other block sizes on CUDA).

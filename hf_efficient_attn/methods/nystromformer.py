@@ -54,7 +54,10 @@ def iterative_pinv(mat: torch.Tensor, iterations: int, spectral_norm_at_most_one
 
 
 def segment_means_pooling(
-    key_padding_mask: torch.Tensor | None, shape: tuple[int, int], num_landmarks: int, dtype: torch.dtype,
+    key_padding_mask: torch.Tensor | None,
+    shape: tuple[int, int],
+    num_landmarks: int,
+    dtype: torch.dtype,
     device: torch.device,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(B, m, N) matrix P whose row j averages segment j of each sequence's real tokens, and the
@@ -116,16 +119,24 @@ def nystrom_attention(
 
 @dataclass
 class NystromformerOptions(MethodOptions):
-    num_landmarks: int = field(default=64, metadata={"help": (
-        "m; the paper's BERT-size pretraining and the official nystrom-512 config (its LRA configs try 32-256)."
-    )})
-    pinv_iterations: int = field(default=6, metadata={"help": (
-        "Iterations of the pseudo-inverse (paper section 3, official `iterative_inv(n_iter=6)`)."
-    )})
-    conv_kernel_size: int | None = field(default=None, metadata={"help": (
-        "Odd window of a depthwise convolution over V added to the output, one filter per head (official BERT "
-        "config: 33); None or 0 = off, the default, since pretrained checkpoints lack this new parameter."
-    )})
+    num_landmarks: int = field(
+        default=64,
+        metadata={
+            "help": ("m; the paper's BERT-size pretraining and the official nystrom-512 config (its LRA configs try 32-256).")
+        },
+    )
+    pinv_iterations: int = field(
+        default=6, metadata={"help": ("Iterations of the pseudo-inverse (paper section 3, official `iterative_inv(n_iter=6)`).")}
+    )
+    conv_kernel_size: int | None = field(
+        default=None,
+        metadata={
+            "help": (
+                "Odd window of a depthwise convolution over V added to the output, one filter per head (official BERT "
+                "config: 33); None or 0 = off, the default, since pretrained checkpoints lack this new parameter."
+            )
+        },
+    )
 
     def validate(self) -> None:
         check_int("num_landmarks", self.num_landmarks, 1)
@@ -134,9 +145,7 @@ class NystromformerOptions(MethodOptions):
         if size is None or (size == 0 and not isinstance(size, bool)):
             return
         if isinstance(size, bool) or not isinstance(size, int) or size < 1 or size % 2 == 0:
-            raise ValueError(
-                f"option 'conv_kernel_size' must be a positive odd integer, or None / 0 for off; got {size!r}"
-            )
+            raise ValueError(f"option 'conv_kernel_size' must be a positive odd integer, or None / 0 for off; got {size!r}")
 
 
 @register_method
@@ -144,8 +153,9 @@ class Nystromformer(AttentionMethod):
     """F A^+ (B V) with m segment-mean landmarks (Xiong et al. 2021), padding-exact."""
 
     name = "nystromformer"
-    paper = Paper("Nyströmformer: A Nyström-Based Algorithm for Approximating Self-Attention",
-                  "Xiong et al., AAAI 2021", "2102.03902")
+    paper = Paper(
+        "Nyströmformer: A Nyström-Based Algorithm for Approximating Self-Attention", "Xiong et al., AAAI 2021", "2102.03902"
+    )
     cost = "O(n l d + l³)"
     budget_option = "num_landmarks"
     options_cls = NystromformerOptions

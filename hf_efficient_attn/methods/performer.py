@@ -29,13 +29,19 @@ FEATURE_EPS = 1e-6
 
 @dataclass
 class PerformerOptions(MethodOptions):
-    num_features: int = field(default=256, metadata={"help": (
-        "m (official `nb_features=256`, also Performer's setting in the Skeinformer paper's appendix)."
-    )})
+    num_features: int = field(
+        default=256,
+        metadata={"help": ("m (official `nb_features=256`, also Performer's setting in the Skeinformer paper's appendix).")},
+    )
     seed: int = seed_field()
-    redraw: bool = field(default=False, metadata={"help": (
-        "Redraw the features at every training forward (official `redraw_features`); eval always uses the fixed ones."
-    )})
+    redraw: bool = field(
+        default=False,
+        metadata={
+            "help": (
+                "Redraw the features at every training forward (official `redraw_features`); eval always uses the fixed ones."
+            )
+        },
+    )
 
     def validate(self) -> None:
         check_int("num_features", self.num_features, 1)

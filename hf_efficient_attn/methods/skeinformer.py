@@ -29,8 +29,11 @@ from .base import (
 )
 from .softmax import exact_attention
 
-SKEINFORMER_PAPER = Paper("Sketching as a Tool for Understanding and Accelerating Self-attention for Long Sequences",
-                          "Chen, Zeng et al., NAACL 2022", "2112.05359")
+SKEINFORMER_PAPER = Paper(
+    "Sketching as a Tool for Understanding and Accelerating Self-attention for Long Sequences",
+    "Chen, Zeng et al., NAACL 2022",
+    "2112.05359",
+)
 
 
 def real_mask(key_padding_mask: torch.Tensor | None, batch: int, seq_len: int, device: torch.device) -> torch.Tensor:
@@ -89,16 +92,22 @@ def gather_rows(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
 @dataclass
 class SkeinformerOptions(MethodOptions):
     num_samples: int = field(default=256, metadata={"help": "d of Algorithm 1 (Appendix A.1: 256)."})
-    column_sampling: str = field(default="importance", metadata={"help": (
-        "Eq. (5) (section 4.1); `\"uniform\"` = Table 1's \"w/o column sampling\"."
-    )})
-    row_normalization: str = field(default="adaptive", metadata={"help": (
-        "Eq. (6) (section 4.2); `\"simple\"` (softmax over the sampled columns, Informer's: Table 1's \"w/ simple "
-        "row normalization\") or `\"none\"` (D⁻¹ A S Sᵀ V of section 4.1 with the exact D)."
-    )})
-    pilot_reuse: bool = field(default=True, metadata={"help": (
-        "Algorithm 1 line 12 (section 4.3); False = Table 1's \"w/o pilot sampling reutilization\"."
-    )})
+    column_sampling: str = field(
+        default="importance", metadata={"help": ('Eq. (5) (section 4.1); `"uniform"` = Table 1\'s "w/o column sampling".')}
+    )
+    row_normalization: str = field(
+        default="adaptive",
+        metadata={
+            "help": (
+                'Eq. (6) (section 4.2); `"simple"` (softmax over the sampled columns, Informer\'s: Table 1\'s "w/ simple '
+                'row normalization") or `"none"` (D⁻¹ A S Sᵀ V of section 4.1 with the exact D).'
+            )
+        },
+    )
+    pilot_reuse: bool = field(
+        default=True,
+        metadata={"help": ('Algorithm 1 line 12 (section 4.3); False = Table 1\'s "w/o pilot sampling reutilization".')},
+    )
     seed: int = seed_field()
 
     def validate(self) -> None:

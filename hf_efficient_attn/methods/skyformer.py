@@ -29,8 +29,9 @@ from .base import (
 )
 from .nystromformer import iterative_pinv
 
-SKYFORMER_PAPER = Paper("Skyformer: Remodel Self-Attention with Gaussian Kernel and Nyström Method",
-                        "Chen et al., NeurIPS 2021", "2111.00035")
+SKYFORMER_PAPER = Paper(
+    "Skyformer: Remodel Self-Attention with Gaussian Kernel and Nyström Method", "Chen et al., NeurIPS 2021", "2111.00035"
+)
 
 
 def gaussian_kernel(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -127,18 +128,19 @@ def skyformer_attention(
 
 @dataclass
 class SkyformerOptions(MethodOptions):
-    num_landmarks: int = field(default=128, metadata={"help": (
-        "d, the columns of S (section 5: \"the number of features to be 128 used in all methods\")."
-    )})
-    accumulation: int = field(default=1, metadata={"help": (
-        "Indicator vectors summed per column of S (1 in every official LRA config)."
-    )})
-    gamma: float = field(default=0.1, metadata={"help": (
-        "γ of section 4.4 (\"a small constant\"; the official code adds 1e-1 · I)."
-    )})
-    pinv_iterations: int = field(default=6, metadata={"help": (
-        "Iterations of Nyströmformer's iterative inverse (section 4.4; official code: 6)."
-    )})
+    num_landmarks: int = field(
+        default=128,
+        metadata={"help": ('d, the columns of S (section 5: "the number of features to be 128 used in all methods").')},
+    )
+    accumulation: int = field(
+        default=1, metadata={"help": ("Indicator vectors summed per column of S (1 in every official LRA config).")}
+    )
+    gamma: float = field(
+        default=0.1, metadata={"help": ('γ of section 4.4 ("a small constant"; the official code adds 1e-1 · I).')}
+    )
+    pinv_iterations: int = field(
+        default=6, metadata={"help": ("Iterations of Nyströmformer's iterative inverse (section 4.4; official code: 6).")}
+    )
     seed: int = seed_field()
 
     def validate(self) -> None:
@@ -194,6 +196,4 @@ class Skyformer(_GaussianKernelMethod):
         opts = self.options
         shape = (q.shape[0], q.shape[2])
         landmarks = sample_landmarks(key_padding_mask, shape, self.draw_bits("landmark_bits"), opts.accumulation)
-        return skyformer_attention(
-            q, k, v, key_padding_mask, landmarks, data_scale, opts.gamma, opts.pinv_iterations
-        )
+        return skyformer_attention(q, k, v, key_padding_mask, landmarks, data_scale, opts.gamma, opts.pinv_iterations)

@@ -29,9 +29,7 @@ class SoftmaxAttention(AttentionMethod):
         return exact_attention(q, k, v, key_padding_mask, scaling)
 
     @staticmethod
-    def probabilities(
-        q: torch.Tensor, k: torch.Tensor, key_padding_mask: torch.Tensor | None, scaling: float
-    ) -> torch.Tensor:
+    def probabilities(q: torch.Tensor, k: torch.Tensor, key_padding_mask: torch.Tensor | None, scaling: float) -> torch.Tensor:
         """softmax(Q K^T * scaling) over the real keys, (B, H, N, N): what ``output_attentions=True``
         returns, as Transformers' eager attention (padded query rows too; no dropout)."""
         scores = (q @ k.transpose(-1, -2)).float() * scaling

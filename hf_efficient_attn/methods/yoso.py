@@ -52,8 +52,9 @@ MAX_HASH_CODE_LEN = 24
 HASH_DTYPE = torch.float64
 GRADIENTS = ("lower_bound", "exact")
 
-YOSO_PAPER = Paper("You Only Sample (Almost) Once: Linear Cost Self-Attention Via Bernoulli Sampling",
-                   "Zeng et al., ICML 2021", "2111.09714")
+YOSO_PAPER = Paper(
+    "You Only Sample (Almost) Once: Linear Cost Self-Attention Via Bernoulli Sampling", "Zeng et al., ICML 2021", "2111.09714"
+)
 
 
 def _check_conv_window(window: object) -> None:
@@ -63,9 +64,7 @@ def _check_conv_window(window: object) -> None:
         raise ValueError(f"option 'conv_window' must be a positive odd integer, or None / 0 for off; got {window!r}")
 
 
-HASH_CODE_LEN_HELP = (
-    "τ; 9 in the official BERT configs for the 512-token experiments of Table 3 (LRA configs use 10-12)."
-)
+HASH_CODE_LEN_HELP = "τ; 9 in the official BERT configs for the 512-token experiments of Table 3 (LRA configs use 10-12)."
 CONV_WINDOW_HELP = (
     "Odd window of a depthwise convolution over V added to the output (YOSO-C); None or 0 = off, the default, "
     "since pretrained checkpoints lack this new parameter."
@@ -76,9 +75,9 @@ CONV_WINDOW_HELP = (
 class YosoEOptions(MethodOptions):
     hash_code_len: int = field(default=9, metadata={"help": HASH_CODE_LEN_HELP})
     conv_window: int | None = field(default=None, metadata={"help": CONV_WINDOW_HELP})
-    gradient: str = field(default="lower_bound", metadata={"help": (
-        "`\"lower_bound\"`: eq. (3), as the official YOSO-E; `\"exact\"`: eq. (2)."
-    )})
+    gradient: str = field(
+        default="lower_bound", metadata={"help": ('`"lower_bound"`: eq. (3), as the official YOSO-E; `"exact"`: eq. (2).')}
+    )
 
     def validate(self) -> None:
         check_int("hash_code_len", self.hash_code_len, 1)
@@ -89,12 +88,15 @@ class YosoEOptions(MethodOptions):
 @dataclass
 class YosoOptions(MethodOptions):
     hash_code_len: int = field(default=9, metadata={"help": HASH_CODE_LEN_HELP + f" At most {MAX_HASH_CODE_LEN}."})
-    num_hash: int = field(default=32, metadata={"help": (
-        "m: YOSO-32 of the appendix tables (1-3) and the official BERT configs."
-    )})
-    use_fast_hash: bool = field(default=True, metadata={"help": (
-        "Section 1.2's fast Hadamard projections H D₃ H D₂ H D₁ instead of Gaussian ones (as the official configs)."
-    )})
+    num_hash: int = field(
+        default=32, metadata={"help": ("m: YOSO-32 of the appendix tables (1-3) and the official BERT configs.")}
+    )
+    use_fast_hash: bool = field(
+        default=True,
+        metadata={
+            "help": ("Section 1.2's fast Hadamard projections H D₃ H D₂ H D₁ instead of Gaussian ones (as the official configs).")
+        },
+    )
     conv_window: int | None = field(default=None, metadata={"help": CONV_WINDOW_HELP})
     seed: int = seed_field()
 
@@ -110,9 +112,7 @@ class YosoOptions(MethodOptions):
 # ----------------------------------------------------------------------------- hashing
 
 
-def sylvester_hadamard(
-    size: int, device: torch.device | str | None = None, dtype: torch.dtype | None = None
-) -> torch.Tensor:
+def sylvester_hadamard(size: int, device: torch.device | str | None = None, dtype: torch.dtype | None = None) -> torch.Tensor:
     """The Sylvester Hadamard matrix of a power-of-two ``size``: H_1 = [1], H_2n = [[H_n, H_n], [H_n, -H_n]].
     Built where it is used (log2(size) concatenations), so a traced forward holds no constant."""
     if size < 1 or size & (size - 1):
@@ -131,8 +131,12 @@ def _bits_to_codes(bits: torch.Tensor) -> torch.Tensor:
 
 
 def draw_hyperplanes(
-    num_heads: int, dim: int, num_hash: int, hash_code_len: int,
-    generator: torch.Generator | None = None, device: torch.device | str | None = None,
+    num_heads: int,
+    dim: int,
+    num_hash: int,
+    hash_code_len: int,
+    generator: torch.Generator | None = None,
+    device: torch.device | str | None = None,
 ) -> torch.Tensor:
     """P with P_ij ~ N(0, 1), one (dim, m * tau) matrix per head (section 1.2, F(x) = sign(P x))."""
     return torch.randn(num_heads, dim, num_hash * hash_code_len, generator=generator, device=device)
@@ -155,8 +159,12 @@ def _hadamard_layout(dim: int, num_hash: int, hash_code_len: int) -> tuple[int, 
 
 
 def draw_hadamard_signs(
-    num_heads: int, dim: int, num_hash: int, hash_code_len: int,
-    generator: torch.Generator | None = None, device: torch.device | str | None = None,
+    num_heads: int,
+    dim: int,
+    num_hash: int,
+    hash_code_len: int,
+    generator: torch.Generator | None = None,
+    device: torch.device | str | None = None,
 ) -> torch.Tensor:
     """Diagonals of D1, D2, D3 (entries uniform in {-1, +1}) for every block: (H, 3, blocks, D)."""
     size, _, blocks = _hadamard_layout(dim, num_hash, hash_code_len)
@@ -229,8 +237,12 @@ class _ExpectedCollisionAttention(torch.autograd.Function):
 
 
 def expected_collision_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, hash_code_len: int,
-    mask: torch.Tensor | None = None, exact_gradient: bool = False,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    hash_code_len: int,
+    mask: torch.Tensor | None = None,
+    exact_gradient: bool = False,
 ) -> torch.Tensor:
     """sum_j B(q_i, k_j) v_j over real keys, for unit-norm q, k (B, H, N, d); ``mask`` (B, 1, N, 1)
     float, 1 = real token. Padded queries get 0. Backward: eq. (3), or eq. (2) with ``exact_gradient``."""
@@ -303,8 +315,13 @@ _OP_NAMESPACE = re.sub(r"\W", "_", __name__)
 
 @torch.library.custom_op(f"{_OP_NAMESPACE}::lsh_eq3_terms", mutates_args=())
 def lsh_eq3_terms(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, grad: torch.Tensor,
-    query_ids: torch.Tensor, key_ids: torch.Tensor, table_rows: int,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    grad: torch.Tensor,
+    query_ids: torch.Tensor,
+    key_ids: torch.Tensor,
+    table_rows: int,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Sums over the m hashes of eq. (3)'s dQ and dK terms with B replaced by each hash's collision
     indicator (unscaled), for rows (B*H*N, d) and bucket ids (m, B*H*N) as in _LSHCollisionAttention::
@@ -368,9 +385,7 @@ def _add_eq3_terms(q, k, v, grad, query_ids, key_ids, table_rows, grad_q, grad_k
         grad_k.index_add_(0, j, v[j] @ (grad[i].t() @ q[i]))
 
 
-def _compact_ids(
-    query_ids: torch.Tensor, key_ids: torch.Tensor, table_rows: int
-) -> tuple[torch.Tensor, torch.Tensor, int]:
+def _compact_ids(query_ids: torch.Tensor, key_ids: torch.Tensor, table_rows: int) -> tuple[torch.Tensor, torch.Tensor, int]:
     """Renumber each hash's occupied buckets 0, 1, ... in the order of their ids, with static shapes:
     one sort of all hashes' ids (offset by hash, so each hash fills its own stretch of 2 B H N sorted
     ids), a count of where the sorted value changes, and the counts sent back to the ids' places. A
@@ -388,8 +403,13 @@ def _compact_ids(
 
 
 def lsh_collision_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, query_codes: torch.Tensor, key_codes: torch.Tensor,
-    hash_code_len: int, mask: torch.Tensor | None = None,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    query_codes: torch.Tensor,
+    key_codes: torch.Tensor,
+    hash_code_len: int,
+    mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """(1/m) sum_h sum_{j real, key_codes[j,h] == query_codes[i,h]} v_j: the unbiased estimate of
     ``expected_collision_attention`` for unit q, k (B, H, N, d) and (B, H, N, m) codes; ``mask``

@@ -28,19 +28,25 @@ class ExportArguments:
     opset: int | None = field(default=None, metadata={"help": "ONNX opset (default: torch.onnx's)."})
     task: str | None = field(
         default=None,
-        metadata={"help": "feature-extraction: export the encoder alone (last_hidden_state), e.g. of a masked-LM "
-                          "folder, to embed texts (default: the folder's own head)."},
+        metadata={
+            "help": "feature-extraction: export the encoder alone (last_hidden_state), e.g. of a masked-LM "
+            "folder, to embed texts (default: the folder's own head)."
+        },
     )
     int8: bool = field(
         default=False,
-        metadata={"help": "Also write model_quantized.onnx (int8 weights, activations quantized at run time: ONNX "
-                          "Runtime's dynamic quantization) and report how far it is from PyTorch."},
+        metadata={
+            "help": "Also write model_quantized.onnx (int8 weights, activations quantized at run time: ONNX "
+            "Runtime's dynamic quantization) and report how far it is from PyTorch."
+        },
     )
     validation_file: str | None = field(
         default=None,
-        metadata={"help": "Texts to check the export on (.txt one per line, or .jsonl / .csv with a text or sentence "
-                          "column): each text's embedding (an encoder, pooled as the model records) or logits (a "
-                          "classifier) against PyTorch's."},
+        metadata={
+            "help": "Texts to check the export on (.txt one per line, or .jsonl / .csv with a text or sentence "
+            "column): each text's embedding (an encoder, pooled as the model records) or logits (a "
+            "classifier) against PyTorch's."
+        },
     )
     validation_length: int | None = field(
         default=None, metadata={"help": "Tokens kept per --validation_file text (default: the model's position table)."}

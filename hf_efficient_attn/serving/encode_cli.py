@@ -18,12 +18,16 @@ class EncodeArguments:
     """What to encode with which export, and where the rows go (``python scripts/encode_onnx.py --help``)."""
 
     export_dir: str = field(
-        metadata={"help": "A folder written by scripts/export_onnx.py: model.onnx, the tokenizer, config.json (and "
-                          "a sentence-transformers model's modules.json, which says how to pool)."}
+        metadata={
+            "help": "A folder written by scripts/export_onnx.py: model.onnx, the tokenizer, config.json (and "
+            "a sentence-transformers model's modules.json, which says how to pool)."
+        }
     )
     output_file: str = field(
-        metadata={"help": "Where the rows go, one per text in the order given: .npy (a float32 array) or .jsonl "
-                          "(index and embedding, or index, logits and label, per line)."}
+        metadata={
+            "help": "Where the rows go, one per text in the order given: .npy (a float32 array) or .jsonl "
+            "(index and embedding, or index, logits and label, per line)."
+        }
     )
     texts: list[str] = field(default_factory=list, metadata={"help": "The texts to encode (or --texts_file)."})
     texts_file: str | None = field(
@@ -35,8 +39,9 @@ class EncodeArguments:
     )
     max_length: int | None = field(
         default=None,
-        metadata={"help": "Tokens kept per text (default: the model's sentence-transformers max_seq_length, else "
-                          "its position table)."},
+        metadata={
+            "help": "Tokens kept per text (default: the model's sentence-transformers max_seq_length, else its position table)."
+        },
     )
     int8: bool = field(
         default=False, metadata={"help": "Run model_quantized.onnx (written by export_onnx.py --int8), not model.onnx."}

@@ -151,12 +151,12 @@ def length_sorted_batches(
     indices of its rows in ``ids``, and its ``input_ids`` / ``attention_mask``."""
     order = sorted(range(len(ids)), key=lambda i: len(ids[i]), reverse=True)
     for start in range(0, len(order), batch_size):
-        rows = order[start:start + batch_size]
+        rows = order[start : start + batch_size]
         input_ids = np.full((len(rows), len(ids[rows[0]])), pad_id, dtype=np.int64)
         attention_mask = np.zeros_like(input_ids)
         for row, index in enumerate(rows):
-            input_ids[row, :len(ids[index])] = ids[index]
-            attention_mask[row, :len(ids[index])] = 1
+            input_ids[row, : len(ids[index])] = ids[index]
+            attention_mask[row, : len(ids[index])] = 1
         yield rows, {"input_ids": input_ids, "attention_mask": attention_mask}
 
 
@@ -227,8 +227,13 @@ def read_texts(path: str | Path) -> list[str]:
 
 
 def encode(
-    export_dir: str | Path, texts: Sequence[str], *, batch_size: int = 16, max_length: int | None = None,
-    int8: bool = False, threads: int | None = None,
+    export_dir: str | Path,
+    texts: Sequence[str],
+    *,
+    batch_size: int = 16,
+    max_length: int | None = None,
+    int8: bool = False,
+    threads: int | None = None,
 ) -> np.ndarray:
     """Encode ``texts`` with the ONNX export in ``export_dir`` (``scripts/export_onnx.py``): one row per
     text, in order, a float32 array of (len(texts), dim): the embedding of an encoder, pooled as the

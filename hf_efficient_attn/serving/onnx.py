@@ -105,8 +105,8 @@ def padded_batch(model: PreTrainedModel, seq_len: int, batch: int = 2, seed: int
     input_ids = torch.randint(5, model.config.vocab_size, (batch, seq_len), generator=generator)
     attention_mask = torch.ones_like(input_ids)
     if batch > 1:
-        attention_mask[-1, seq_len - seq_len // 4:] = 0
-        input_ids[-1, seq_len - seq_len // 4:] = model.config.pad_token_id or 0
+        attention_mask[-1, seq_len - seq_len // 4 :] = 0
+        input_ids[-1, seq_len - seq_len // 4 :] = model.config.pad_token_id or 0
     return {"input_ids": input_ids, "attention_mask": attention_mask}
 
 
@@ -129,8 +129,16 @@ def export_onnx(model: PreTrainedModel, path: str | Path, seq_len: int, opset: i
         warnings.filterwarnings("ignore", category=UserWarning, module=r"torch\.onnx")
         warnings.filterwarnings("ignore", message=r".*LeafSpec.*", category=FutureWarning)
         torch.onnx.export(
-            model, (), str(path), kwargs=inputs, input_names=list(inputs), output_names=names,
-            dynamic_shapes=dynamic, dynamo=True, opset_version=opset, verbose=False,
+            model,
+            (),
+            str(path),
+            kwargs=inputs,
+            input_names=list(inputs),
+            output_names=names,
+            dynamic_shapes=dynamic,
+            dynamo=True,
+            opset_version=opset,
+            verbose=False,
         )
     return names
 
@@ -195,8 +203,9 @@ def validate_texts(
     against eager PyTorch's, computed from the same tokens with the same pooling."""
     tokenizer = AutoTokenizer.from_pretrained(export_dir)
     ids = tokenize(tokenizer, texts, max_length)
-    expected = torch.from_numpy(run_in_batches(
-        eager_forward(model), ids, 1, tokenizer.pad_token_id or 0, read_pooling(export_dir))).double()
+    expected = torch.from_numpy(
+        run_in_batches(eager_forward(model), ids, 1, tokenizer.pad_token_id or 0, read_pooling(export_dir))
+    ).double()
     served = torch.from_numpy(encode(export_dir, texts, batch_size=1, max_length=max_length,
                                      int8=file == INT8_FILE)).double()  # fmt: skip
     check = TextValidation(file, len(texts), max_length, float((served - expected).abs().max()))
@@ -222,9 +231,15 @@ def copy_sentence_transformers_files(model_dir: str | Path, output_dir: Path) ->
 
 
 def export_folder(
-    model_dir: str, output_dir: str | Path, seq_len: int = 128, check_lengths: list[int] | None = None,
-    opset: int | None = None, int8: bool = False, texts: Sequence[str] | None = None,
-    text_length: int | None = None, task: str | None = None,
+    model_dir: str,
+    output_dir: str | Path,
+    seq_len: int = 128,
+    check_lengths: list[int] | None = None,
+    opset: int | None = None,
+    int8: bool = False,
+    texts: Sequence[str] | None = None,
+    text_length: int | None = None,
+    task: str | None = None,
 ) -> list[Validation | TextValidation]:
     """Write ``model.onnx``, the tokenizer and config.json of ``model_dir`` (and a sentence-transformers
     model's pooling files) into ``output_dir`` (new or empty), then validate with ONNX Runtime at
@@ -264,8 +279,15 @@ def export_folder(
 
 
 def _export_and_check(
-    model: PreTrainedModel, model_dir: str, output_dir: Path, seq_len: int, check_lengths: list[int],
-    opset: int | None, int8: bool, texts: Sequence[str] | None, text_length: int,
+    model: PreTrainedModel,
+    model_dir: str,
+    output_dir: Path,
+    seq_len: int,
+    check_lengths: list[int],
+    opset: int | None,
+    int8: bool,
+    texts: Sequence[str] | None,
+    text_length: int,
 ) -> list[Validation | TextValidation]:
     export_onnx(model, output_dir / ONNX_FILE, seq_len, opset)
     AutoTokenizer.from_pretrained(model_dir).save_pretrained(output_dir)
@@ -284,8 +306,7 @@ def _export_and_check(
     failed = [c for c in checks if c.file == ONNX_FILE and not c.passed]
     if failed:
         raise ValueError(
-            f"ONNX Runtime differs from PyTorch beyond {TOLERANCE}: "
-            + "; ".join(f"{_what(c)}: {c.max_abs_diff}" for c in failed)
+            f"ONNX Runtime differs from PyTorch beyond {TOLERANCE}: " + "; ".join(f"{_what(c)}: {c.max_abs_diff}" for c in failed)
         )
     return checks
 

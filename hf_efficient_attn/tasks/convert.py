@@ -49,9 +49,7 @@ class ConversionReport:
         else:
             already = "Longformer is already a long model: " if self.model_type == "longformer" else ""
             positions = f"position table: unchanged, {already}it already takes {self.tokens_before} tokens"
-        attention = (
-            f"attention: {self.attn_impl} {self.attn_config}" if self.attn_impl else "attention: unchanged (exact)"
-        )
+        attention = f"attention: {self.attn_impl} {self.attn_config}" if self.attn_impl else "attention: unchanged (exact)"
         lines = [f"model type: {self.model_type}", positions, attention]
         if self.new_head_tensors:
             lines.append(
@@ -114,9 +112,7 @@ def convert_to_long(
         raise ValueError(f"--output_dir {output_dir!r} is a file; give a folder")
     config = AutoConfig.from_pretrained(config_name or model_name_or_path, **hub_kwargs)
     if config.model_type not in SELF_ATTENTION_CLASSES:
-        raise ValueError(
-            f"unsupported model type {config.model_type!r}; supported: {', '.join(sorted(SELF_ATTENTION_CLASSES))}"
-        )
+        raise ValueError(f"unsupported model type {config.model_type!r}; supported: {', '.join(sorted(SELF_ATTENTION_CLASSES))}")
     choice = chosen_method(config, attn_impl, attn_config)
     # Plain Transformers loads the weights; the method is attached after the extension (see above).
     held_back, load_report = _HeldBackTyingWarnings(), HeldBackLoadReport()
@@ -135,9 +131,7 @@ def convert_to_long(
         extend_position_embeddings(model, max_length)
     if choice is not None:
         patch_model(model, choice)
-    tokenizer = AutoTokenizer.from_pretrained(
-        tokenizer_name or model_name_or_path, use_fast=use_fast_tokenizer, **hub_kwargs
-    )
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_name or model_name_or_path, use_fast=use_fast_tokenizer, **hub_kwargs)
     tokenizer.model_max_length = max_tokens(model.config)
     report = ConversionReport(
         model_type=config.model_type,

@@ -174,9 +174,7 @@ class GlueDataArguments(DataArguments):
         }
 
 
-def load_glue_splits(
-    data_args: GlueDataArguments, cache_dir: str | None = None, token: str | None = None
-) -> DatasetDict:
+def load_glue_splits(data_args: GlueDataArguments, cache_dir: str | None = None, token: str | None = None) -> DatasetDict:
     """The raw splits, named ``train``, ``validation``, ``test`` (and MNLI's
     ``validation_mismatched``, ``test_mismatched``) whether from the Hub or local files."""
     raw = load_raw_datasets(
@@ -200,9 +198,7 @@ def text_columns(task: GlueTask | None, columns: Sequence[str], split: str) -> t
         needed = [c for c in task.text_columns if c is not None]
         missing = [c for c in needed if c not in columns]
         if missing:
-            raise ValueError(
-                f"the {split} data has no column {missing[0]!r}: this task reads {needed}; it has {list(columns)}"
-            )
+            raise ValueError(f"the {split} data has no column {missing[0]!r}: this task reads {needed}; it has {list(columns)}")
         return task.text_columns
     if "sentence1" in columns and "sentence2" in columns:
         return "sentence1", "sentence2"
@@ -310,9 +306,7 @@ def check_labelled(raw: DatasetDict, task: GlueTask | None, training_args: Train
         text_columns(task, rows.column_names, split)
         if labelled.get(split) and "label" not in rows.column_names:
             flag = "--do_train" if split == "train" else "--do_eval"
-            raise ValueError(
-                f"the {split} data has no 'label' column (its columns are {rows.column_names}); {flag} needs one"
-            )
+            raise ValueError(f"the {split} data has no 'label' column (its columns are {rows.column_names}); {flag} needs one")
 
 
 def run_glue(

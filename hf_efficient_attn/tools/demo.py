@@ -58,8 +58,7 @@ def run(method: str, attn_config: dict[str, Any], num_articles: int, long_length
         f"model forward exact (SDPA) {exact_s * 1000:.0f} ms, {method} {swapped_s * 1000:.0f} ms "
         f"({exact_s / swapped_s:.2f}x)"
     )
-    return {"cos_mean": float(cos.mean()), "cos_min": float(cos.min()), "long_cos": long_cos,
-            "speedup": exact_s / swapped_s}
+    return {"cos_mean": float(cos.mean()), "cos_min": float(cos.min()), "long_cos": long_cos, "speedup": exact_s / swapped_s}
 
 
 @dataclass

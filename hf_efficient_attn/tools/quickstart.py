@@ -131,8 +131,7 @@ def reusable_steps(output_dir: str, records: dict[str, dict[str, Any]]) -> tuple
     state_file = os.path.join(output_dir, STATE_FILE)
     if not os.path.isfile(state_file):
         raise ValueError(
-            f"--output_dir {output_dir!r} holds files that are not a quickstart's (no {STATE_FILE}); "
-            "give a new or empty folder"
+            f"--output_dir {output_dir!r} holds files that are not a quickstart's (no {STATE_FILE}); give a new or empty folder"
         )
     with open(state_file) as f:
         previous = json.load(f).get("steps", {})
@@ -274,14 +273,16 @@ def _steps(folder: dict[str, str], settings: dict[str, Any]) -> dict[str, tuple[
         "data": ("real Wikipedia articles and newsgroup posts (gensim's test data)", write_data, False),
         "1-long": (f"convert all-MiniLM-L6-v2 to {max_length} tokens with {attn_impl}", convert, False),
         "2-mlm": (f"continued MLM pretraining: {mlm_steps} steps of 2 x {max_length} tokens", pretrain, True),
-        "3-newsgroups": (f"fine-tune on newsgroup posts ({finetune_epochs} epochs, up to {finetune_length} tokens)",
-                         finetune, True),
+        "3-newsgroups": (
+            f"fine-tune on newsgroup posts ({finetune_epochs} epochs, up to {finetune_length} tokens)",
+            finetune,
+            True,
+        ),
         "4-upload": ("Hub upload folder (push_to_hub.py --dry_run: nothing is uploaded)", upload, False),
     }
 
 
-def summary(folder: dict[str, str], settings: dict[str, Any], results: dict[str, Any], seconds: float,
-            log_path: str) -> str:
+def summary(folder: dict[str, str], settings: dict[str, Any], results: dict[str, Any], seconds: float, log_path: str) -> str:
     """What was made, where, and the measured metrics."""
     mlm_results, news_results = _results(folder["2-mlm"]), _results(folder["3-newsgroups"])
     width = max(len(path) for path in folder.values())

@@ -32,18 +32,14 @@ class PeftArguments:
 
     peft: str | None = field(
         default=None,
-        metadata={
-            "help": "Parameter-efficient fine-tuning: 'lora' (through the peft library). Default: full fine-tuning."
-        },
+        metadata={"help": "Parameter-efficient fine-tuning: 'lora' (through the peft library). Default: full fine-tuning."},
     )
     lora_r: int = field(default=8, metadata={"help": "LoRA rank r."})
     lora_alpha: int = field(default=16, metadata={"help": "LoRA scaling numerator: the update is scaled by alpha / r."})
     lora_dropout: float = field(default=0.1, metadata={"help": "Dropout on LoRA's input."})
     lora_target_modules: list[str] = field(
         default_factory=lambda: ["query", "value"],
-        metadata={
-            "help": "Names of the linear layers that get a LoRA update (every architecture here has query/key/value)."
-        },
+        metadata={"help": "Names of the linear layers that get a LoRA update (every architecture here has query/key/value)."},
     )
 
     def __post_init__(self) -> None:

@@ -157,12 +157,8 @@ class ModelArguments(_MethodChoice):
     tokenizer_name: str | None = field(
         default=None, metadata={"help": "Pretrained tokenizer name or path if not the same as model_name_or_path."}
     )
-    cache_dir: str | None = field(
-        default=None, metadata={"help": "Where to store models and datasets downloaded from the Hub."}
-    )
-    use_fast_tokenizer: bool = field(
-        default=True, metadata={"help": "Use a fast (Rust) tokenizer when the checkpoint has one."}
-    )
+    cache_dir: str | None = field(default=None, metadata={"help": "Where to store models and datasets downloaded from the Hub."})
+    use_fast_tokenizer: bool = field(default=True, metadata={"help": "Use a fast (Rust) tokenizer when the checkpoint has one."})
     model_revision: str = field(
         default="main", metadata={"help": "The model version to use (branch name, tag name or commit id)."}
     )
@@ -216,14 +212,10 @@ class DataArguments:
     dataset_name: str | None = field(default=None, metadata={"help": "A dataset on the Hub (datasets library)."})
     dataset_config_name: str | None = field(default=None, metadata={"help": "Its configuration name."})
     train_file: str | None = field(default=None, metadata={"help": "A local training file (txt, json/jsonl or csv)."})
-    validation_file: str | None = field(
-        default=None, metadata={"help": "A local validation file (txt, json/jsonl or csv)."}
-    )
+    validation_file: str | None = field(default=None, metadata={"help": "A local validation file (txt, json/jsonl or csv)."})
     max_seq_length: int | None = field(
         default=None,
-        metadata={
-            "help": "Tokens per sequence. Default: the tokenizer's model_max_length, capped by the model's table."
-        },
+        metadata={"help": "Tokens per sequence. Default: the tokenizer's model_max_length, capped by the model's table."},
     )
     max_train_samples: int | None = field(
         default=None, metadata={"help": "Keep only this many training examples (debugging, quick runs)."}
@@ -250,9 +242,7 @@ class DataArguments:
             raise ValueError("give a dataset: --dataset_name NAME, or --train_file / --validation_file")
         for flag in ("train_file", "validation_file"):
             check_data_file(flag, getattr(self, flag), self.file_extensions)
-        check_positive_flags(
-            self, "max_seq_length", "max_train_samples", "max_eval_samples", "preprocessing_num_workers"
-        )
+        check_positive_flags(self, "max_seq_length", "max_train_samples", "max_eval_samples", "preprocessing_num_workers")
 
 
 def check_max_seq_length(max_seq_length: int | None, model_limit: int) -> None:
@@ -301,9 +291,7 @@ def parse_arguments(
     """
     # No abbreviations: HfArgumentParser adds each flag twice (--task_name, --task-name), so argparse
     # would call any prefix ambiguous; a prefix is an unknown flag, answered with the full name.
-    parser = HfArgumentParser(
-        dataclass_types, description=description, formatter_class=_HelpFormatter, allow_abbrev=False
-    )
+    parser = HfArgumentParser(dataclass_types, description=description, formatter_class=_HelpFormatter, allow_abbrev=False)
     argv = list(sys.argv[1:] if argv is None else argv)
     if len(argv) == 1 and argv[0].endswith(".json"):
         return parser.parse_dict(read_json_configuration(argv[0], dataclass_types))
@@ -343,9 +331,7 @@ def read_json_configuration(path: str, dataclass_types: Sequence[type]) -> dict[
             f"configuration file {path!r}: unknown key {unknown[0]!r}{did_you_mean(unknown[0], names)}; "
             "its keys are the script's flag names"
         )
-    required = [
-        f.name for f in fields if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-    ]
+    required = [f.name for f in fields if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
     missing = [name for name in required if name not in values]
     if missing:
         raise ValueError(f"configuration file {path!r} lacks the required key {missing[0]!r}")

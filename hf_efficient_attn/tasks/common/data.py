@@ -83,9 +83,7 @@ def carve_validation(train: Dataset, percentage: int, needed: bool = True) -> tu
     """(the rest of ``train``, its first ``percentage`` %, rounded to whole rows); None when that
     is no row and the split is not ``needed``."""
     if not 0 < percentage < 100:
-        raise ValueError(
-            f"--validation_split_percentage must be in 1..99 to carve a validation split, got {percentage}"
-        )
+        raise ValueError(f"--validation_split_percentage must be in 1..99 to carve a validation split, got {percentage}")
     count = round(len(train) * percentage / 100)
     if count == 0:
         if not needed:
@@ -103,9 +101,7 @@ def text_column(dataset: Dataset, name: str | None = None) -> str:
     name = name or "text"
     columns = dataset.column_names
     if name not in columns:
-        raise ValueError(
-            f"the dataset has no text column {name!r}; its columns are {columns}: pass --text_column_name COLUMN"
-        )
+        raise ValueError(f"the dataset has no text column {name!r}; its columns are {columns}: pass --text_column_name COLUMN")
     dtype = getattr(dataset.features[name], "dtype", None)
     if dtype not in ("string", "large_string"):
         raise ValueError(f"column {name!r} must hold text (strings), but its type is {dataset.features[name]}")

@@ -68,9 +68,7 @@ def check_precision(training_args: TrainingArguments) -> None:
     no fp16 autocast on CPU; measured with Transformers 5.23 / Accelerate 1.15), so the flag
     would be silently ignored. ``--bf16`` does autocast on CPU."""
     if training_args.fp16 and training_args.device.type == "cpu":
-        raise ValueError(
-            "--fp16 needs a GPU: on CPU Trainer silently trains in fp32; use --bf16 (CPU autocast) or no flag"
-        )
+        raise ValueError("--fp16 needs a GPU: on CPU Trainer silently trains in fp32; use --bf16 (CPU autocast) or no flag")
 
 
 #: ``--report_to`` names whose availability check in ``transformers.integrations`` has another name.
@@ -84,9 +82,7 @@ def check_report_to(training_args: TrainingArguments) -> None:
         available = getattr(transformers.integrations, f"is_{_REPORTER_CHECKS.get(name, name)}_available", None)
         if available is not None and not available():
             hint = " (or pip install -e '.[train]')" if name == "tensorboard" else ""
-            raise ValueError(
-                f"--report_to {name} needs the {name} package: pip install {name}{hint}, or pass --report_to none"
-            )
+            raise ValueError(f"--report_to {name} needs the {name} package: pip install {name}{hint}, or pass --report_to none")
 
 
 def check_run(training_args: TrainingArguments, stages: Sequence[str] = ("do_train", "do_eval")) -> None:

@@ -22,9 +22,7 @@ import torch.nn.functional as F
 IGNORE_INDEX = -100
 
 
-def global_mean_loss(
-    outputs: Any, labels: torch.Tensor, num_items_in_batch: torch.Tensor | int | None = None
-) -> torch.Tensor:
+def global_mean_loss(outputs: Any, labels: torch.Tensor, num_items_in_batch: torch.Tensor | int | None = None) -> torch.Tensor:
     """Summed loss of this micro-batch divided by ``num_items_in_batch`` (the step's item count;
     this batch's own count when None). Integer labels: cross-entropy over the last axis of the
     logits, ``-100`` ignored (masked LM, token and sequence classification); float labels:
@@ -36,9 +34,7 @@ def global_mean_loss(
         total = F.mse_loss(logits.squeeze(-1).float(), labels.float(), reduction="sum")
         count = labels.numel()
     else:
-        total = F.cross_entropy(
-            logits.flatten(0, -2).float(), labels.flatten(), ignore_index=IGNORE_INDEX, reduction="sum"
-        )
+        total = F.cross_entropy(logits.flatten(0, -2).float(), labels.flatten(), ignore_index=IGNORE_INDEX, reduction="sum")
         count = labels.ne(IGNORE_INDEX).sum()
     if num_items_in_batch is None:
         num_items_in_batch = count

@@ -257,8 +257,7 @@ def run_stage(stage: Stage) -> None:
         callbacks = []
     else:
         callbacks = [StepTimer(), StartWeights(stage.folder)]
-    trainer = mlm_trainer(model, stage.training_args, tokenizer, train_set, eval_set, callbacks,
-                          stage.data_args.padding_free)
+    trainer = mlm_trainer(model, stage.training_args, tokenizer, train_set, eval_set, callbacks, stage.data_args.padding_free)
     train_and_save(trainer, checkpoint, len(train_set))
     if not stage.head_only:
         write_rows(os.path.join(stage.folder, "results.csv"), evaluation_rows(stage.name, trainer.state.log_history))
@@ -301,8 +300,7 @@ def run_in_own_process(stage: Stage) -> None:
         raise ValueError(error)
     if process.exitcode != 0:
         raise RuntimeError(
-            f"{stage.name} stopped (exit status {process.exitcode}; see its messages above); "
-            "rerun the same command to resume it"
+            f"{stage.name} stopped (exit status {process.exitcode}; see its messages above); rerun the same command to resume it"
         )
 
 
@@ -456,9 +454,7 @@ def run_comparison(
     return rows
 
 
-def plain_model_args(
-    model_args: ComparisonModelArguments, path: str, attn_impl: str, options: dict[str, Any]
-) -> ModelArguments:
+def plain_model_args(model_args: ComparisonModelArguments, path: str, attn_impl: str, options: dict[str, Any]) -> ModelArguments:
     """The model flags of one stage: ``path`` loaded with ``attn_impl`` and its ``options``."""
     shared = {f.name: getattr(model_args, f.name) for f in dataclasses.fields(ModelArguments) if f.init}
     return ModelArguments(**{**shared, "model_name_or_path": path, "attn_impl": attn_impl,

@@ -77,9 +77,7 @@ def recommendation(final: dict[str, dict[str, Any]], seq_len: int) -> str:
     return f"At {seq_len} tokens, use `{REFERENCE}`: no method came within {RECOVERY_POINTS:g} point of its accuracy."
 
 
-def summary_markdown(
-    rows: Sequence[dict[str, Any]], seq_len: int, model: str, warmup_steps: int, setup: str
-) -> str:
+def summary_markdown(rows: Sequence[dict[str, Any]], seq_len: int, model: str, warmup_steps: int, setup: str) -> str:
     """``summary.md``: the final evaluation of each method against the reference, and the
     recommendation; ``setup`` says how much training and evaluation that was."""
     final = final_rows(rows)

@@ -157,9 +157,9 @@ class ChunkEncoder:
     def _tokens(self, texts: list[str]) -> list[list[int]]:
         # A leading space gives byte-level BPE (RoBERTa) the word-initial tokens that the texts have
         # mid-sentence (Longformer's add_prefix_space); WordPiece and SentencePiece ignore it.
-        return self.tokenizer(
-            [" " + text for text in texts], add_special_tokens=False, split_special_tokens=True, verbose=False
-        )["input_ids"]
+        return self.tokenizer([" " + text for text in texts], add_special_tokens=False, split_special_tokens=True, verbose=False)[
+            "input_ids"
+        ]
 
     def first_segment(self, query: list[int], candidates: list[list[int]]) -> list[int]:
         """``[question] query [/question] [ent] candidate 1 [/ent] [ent] candidate 2 [/ent] ...``"""

@@ -122,9 +122,7 @@ class CandidateAccuracy:
         return {"accuracy": float(np.mean(np.asarray(self.predicted) == np.asarray(prediction.label_ids)))}
 
 
-def write_predictions(
-    path: str, ids: Sequence[str], candidates: Sequence[Sequence[str]], predicted: Sequence[int]
-) -> dict:
+def write_predictions(path: str, ids: Sequence[str], candidates: Sequence[Sequence[str]], predicted: Sequence[int]) -> dict:
     """``{id: predicted candidate}`` as JSON (the official WikiHop evaluation's input)."""
     predictions = {example_id: options[index] for example_id, options, index in zip(ids, candidates, predicted)}
     with open(path, "w", encoding="utf-8") as f:
@@ -178,9 +176,7 @@ def run_wikihop(
     model = load_model(model_args, AutoModelForCandidateScoring)
     grown = fit_embeddings_to(model, tokenizer)
     if added or grown:
-        logger.info(
-            f"added {added} marker tokens to the tokenizer and {grown} embedding rows (at the mean) to the model"
-        )
+        logger.info(f"added {added} marker tokens to the tokenizer and {grown} embedding rows (at the mean) to the model")
     train_set, eval_set = encoded.get("train"), encoded.get("validation")
     accuracy = CandidateAccuracy([len(c) for c in raw["validation"]["candidates"]]) if eval_set is not None else None
     if data_args.padding_free:

@@ -135,9 +135,7 @@ class CandidateScoringMixin:
 
     def _check_chunk_length(self, length: int) -> None:
         if length > max_tokens(self.config):
-            raise ValueError(
-                f"chunks of {length} tokens exceed the position table ({max_tokens(self.config)} tokens allowed)"
-            )
+            raise ValueError(f"chunks of {length} tokens exceed the position table ({max_tokens(self.config)} tokens allowed)")
 
     def _padded_markers(
         self,

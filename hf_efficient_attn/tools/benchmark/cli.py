@@ -53,8 +53,9 @@ def _setting(args: BenchmarkArguments) -> str:
 
 def run(args: BenchmarkArguments) -> list[dict[str, Any]]:
     """Run the benchmark that ``args`` asks for; write and return its table."""
-    common = dict(batch=args.batch, device=args.device, dtype=args.dtype, repeats=args.repeats, warmup=args.warmup,
-                  threads=args.threads)
+    common = dict(
+        batch=args.batch, device=args.device, dtype=args.dtype, repeats=args.repeats, warmup=args.warmup, threads=args.threads
+    )
     out = Path(args.output_dir)
 
     def job(method: str, **values: Any) -> dict[str, Any]:
@@ -66,50 +67,66 @@ def run(args: BenchmarkArguments) -> list[dict[str, Any]]:
                  else {"lengths": document_lengths(MIXED_DOCUMENTS, max(args.seq_lens))} if args.mixed_lengths
                  else {"int8": args.int8})  # fmt: skip
         seq_lens = [max(args.seq_lens)] if args.mixed_lengths else args.seq_lens
-        jobs = [job(m, kind=kind, seq_len=n, layers=args.layers, vocab_size=args.vocab_size, **extra)
-                for n in seq_lens for m in args.measured]
+        jobs = [
+            job(m, kind=kind, seq_len=n, layers=args.layers, vocab_size=args.vocab_size, **extra)
+            for n in seq_lens
+            for m in args.measured
+        ]
         results, skipped = measure_timings(jobs, args.rounds)
         if args.onnx:  # a failed job keeps its row, with the reason (SDPA's scores past the memory)
             rows = onnx_table(jobs, results, skipped)
-            title = (f"ONNX Runtime (CPU provider, {torch.get_num_threads() if args.threads is None else args.threads} "
-                     f"threads) against eager PyTorch: inference forward of a roberta-base-width encoder, "
-                     f"{args.layers} layer(s), batch {args.batch}"
-                     + (", fp32 and int8 (dynamic quantization, as export_onnx.py --int8)" if args.int8 else "")
-                     + f"; {_setting(args)}")
+            title = (
+                f"ONNX Runtime (CPU provider, {torch.get_num_threads() if args.threads is None else args.threads} "
+                f"threads) against eager PyTorch: inference forward of a roberta-base-width encoder, "
+                f"{args.layers} layer(s), batch {args.batch}"
+                + (", fp32 and int8 (dynamic quantization, as export_onnx.py --int8)" if args.int8 else "")
+                + f"; {_setting(args)}"
+            )
         measured = [(j, r) for i, (j, r) in enumerate(zip(jobs, results)) if i not in skipped]  # failed: skipped
         jobs, results = [j for j, _ in measured], [r for _, r in measured]
         if args.mixed_lengths:
             rows = mixed_lengths_table(jobs, results)
-            title = (f"Padded against packed batches: {len(extra['lengths'])} documents of real lengths (offline "
-                     f"Wikipedia articles, at most {seq_lens[0]} tokens), {args.batch} per batch, through a "
-                     f"roberta-base-width encoder, {args.layers} layer(s); inference forwards and training steps "
-                     f"(MLM forward + backward + AdamW); {_setting(args)}")
+            title = (
+                f"Padded against packed batches: {len(extra['lengths'])} documents of real lengths (offline "
+                f"Wikipedia articles, at most {seq_lens[0]} tokens), {args.batch} per batch, through a "
+                f"roberta-base-width encoder, {args.layers} layer(s); inference forwards and training steps "
+                f"(MLM forward + backward + AdamW); {_setting(args)}"
+            )
         elif args.compile:
             rows = compile_table(jobs, results)
             call = "training step (MLM forward + backward + AdamW)" if args.train else "inference forward"
-            title = (f"torch.compile against eager: {call} of a roberta-base-width encoder, {args.layers} layer(s), "
-                     f"batch {args.batch} (the last row a quarter padding); {_setting(args)}; Inductor caches off")
+            title = (
+                f"torch.compile against eager: {call} of a roberta-base-width encoder, {args.layers} layer(s), "
+                f"batch {args.batch} (the last row a quarter padding); {_setting(args)}; Inductor caches off"
+            )
         write_table(rows, out, kind, title)
         (out / f"{kind}.json").write_text(json.dumps({"title": title, "rows": rows, "rounds": results}, indent=1))
     elif args.model:
-        jobs = [job(m, kind="model", seq_len=n, layers=args.layers, vocab_size=args.vocab_size,
-                    glibc_malloc=args.glibc_malloc)
-                for n in args.seq_lens for m in args.measured]
+        jobs = [
+            job(m, kind="model", seq_len=n, layers=args.layers, vocab_size=args.vocab_size, glibc_malloc=args.glibc_malloc)
+            for n in args.seq_lens
+            for m in args.measured
+        ]
         measurements = measure_all(jobs, args.rounds)
         rows = model_step_table(measurements, args.batch)
         malloc = "glibc's default malloc" if args.glibc_malloc else "malloc keeping freed memory"
-        title = (f"Training step (MLM forward + backward + AdamW) of a roberta-base-width encoder, {args.layers} "
-                 f"layer(s), vocabulary {args.vocab_size}, batch {args.batch}; {_setting(args)}"
-                 + (f", {malloc}" if args.device == "cpu" else ""))
+        title = (
+            f"Training step (MLM forward + backward + AdamW) of a roberta-base-width encoder, {args.layers} "
+            f"layer(s), vocabulary {args.vocab_size}, batch {args.batch}; {_setting(args)}"
+            + (f", {malloc}" if args.device == "cpu" else "")
+        )
         write_outputs(rows, measurements, out, "model_step", title)
     else:
         modes = [False] if args.forward_only else [False, True]
-        jobs = [job(m, kind="attention", seq_len=n, backward=b, heads=args.heads, head_dim=args.head_dim)
-                for m in args.measured for n in args.seq_lens for b in modes]
+        jobs = [
+            job(m, kind="attention", seq_len=n, backward=b, heads=args.heads, head_dim=args.head_dim)
+            for m in args.measured
+            for n in args.seq_lens
+            for b in modes
+        ]
         measurements = measure_all(jobs, args.rounds)
         rows = attention_table(measurements)
-        title = (f"Attention call, batch {args.batch}, {args.heads} heads, head_dim {args.head_dim}; "
-                 f"{_setting(args)}")
+        title = f"Attention call, batch {args.batch}, {args.heads} heads, head_dim {args.head_dim}; {_setting(args)}"
         write_outputs(rows, measurements, out, "attention", title)
     print(markdown(rows))
     return rows
@@ -143,62 +160,83 @@ class BenchmarkArguments:
     )
     int8: bool = field(
         default=False,
-        metadata={"help": "--onnx only: also time the int8 model (ONNX Runtime's dynamic quantization, as "
-                          "export_onnx.py --int8 writes it)."},
+        metadata={
+            "help": "--onnx only: also time the int8 model (ONNX Runtime's dynamic quantization, as "
+            "export_onnx.py --int8 writes it)."
+        },
     )
     mixed_lengths: bool = field(
         default=False,
-        metadata={"help": "Benchmark padded against packed batches of documents of real lengths, inference and "
-                          "training, for a whole model (softmax beside)."},
+        metadata={
+            "help": "Benchmark padded against packed batches of documents of real lengths, inference and "
+            "training, for a whole model (softmax beside)."
+        },
     )
     methods: str | None = field(
         default=None,
-        metadata={"help": f"Methods to compare with SDPA, comma-separated. Default: every method "
-                          f"({','.join(list_methods())}); with --model, --compile, --onnx or --mixed_lengths: "
-                          f"{','.join(DEFAULT_MODEL_METHODS)}."},
+        metadata={
+            "help": f"Methods to compare with SDPA, comma-separated. Default: every method "
+            f"({','.join(list_methods())}); with --model, --compile, --onnx or --mixed_lengths: "
+            f"{','.join(DEFAULT_MODEL_METHODS)}."
+        },
     )
     attn_config: str | None = field(
         default=None,
-        metadata={"help": "Options per method, a JSON object keyed by method name, e.g. "
-                          "'{\"mra2\": {\"block_per_row\": 8}}'; a method left out runs at its defaults."},
+        metadata={
+            "help": "Options per method, a JSON object keyed by method name, e.g. "
+            '\'{"mra2": {"block_per_row": 8}}\'; a method left out runs at its defaults.'
+        },
     )
     seq_lens: list[int] | None = field(
         default=None,
-        metadata={"help": "Sequence lengths, space-separated. Default: 512 1024 2048 4096; with --model: 1024 2048 "
-                          "4096 8192 16384; with --compile: 1024; with --onnx: 1024 4096 8192 16384; with --mixed_lengths: 4096 "
-                          "(the longest document)."},
+        metadata={
+            "help": "Sequence lengths, space-separated. Default: 512 1024 2048 4096; with --model: 1024 2048 "
+            "4096 8192 16384; with --compile: 1024; with --onnx: 1024 4096 8192 16384; with --mixed_lengths: 4096 "
+            "(the longest document)."
+        },
     )
-    batch: int | None = field(default=None, metadata={"help": "Default: 1; with --compile: 2 (the last row a "
-                                                              "quarter padding); with --mixed_lengths: 4 documents."})
+    batch: int | None = field(
+        default=None,
+        metadata={"help": "Default: 1; with --compile: 2 (the last row a quarter padding); with --mixed_lengths: 4 documents."},
+    )
     heads: int = field(default=12, metadata={"help": "Attention benchmark only: heads."})
     head_dim: int = field(default=64, metadata={"help": "Attention benchmark only: head dimension."})
     layers: int = field(default=2, metadata={"help": "Whole-model benchmarks: encoder layers."})
     vocab_size: int = field(
         default=1024,
-        metadata={"help": "Whole-model benchmarks: MLM vocabulary (small, so that the step measures the encoder; "
-                          "roberta-base's 50265 adds the same cost to every method)."},
+        metadata={
+            "help": "Whole-model benchmarks: MLM vocabulary (small, so that the step measures the encoder; "
+            "roberta-base's 50265 adds the same cost to every method)."
+        },
     )
     device: str = field(default="cuda" if torch.cuda.is_available() else "cpu", metadata={"help": "cpu or cuda."})
     dtype: str = field(
         default="fp32",
-        metadata={"help": f"One of {', '.join(DTYPES)}. Attention: the dtype of q, k, v; whole model: the "
-                          "autocast dtype (fp32 = none)."},
+        metadata={
+            "help": f"One of {', '.join(DTYPES)}. Attention: the dtype of q, k, v; whole model: the autocast dtype (fp32 = none)."
+        },
     )
     repeats: int | None = field(
         default=None,
-        metadata={"help": "Timed calls per process after the warm-up, their median kept. Default: 3; with --model "
-                          "and --mixed_lengths (a pass over every document): 1."},
+        metadata={
+            "help": "Timed calls per process after the warm-up, their median kept. Default: 3; with --model "
+            "and --mixed_lengths (a pass over every document): 1."
+        },
     )
     warmup: int | None = field(
         default=None,
-        metadata={"help": "Untimed calls per process before the timed ones. Default: 1; with --model: 2 (the first "
-                          "step allocates the optimizer state, the second still grows the heap); with --mixed_lengths: "
-                          "0."},
+        metadata={
+            "help": "Untimed calls per process before the timed ones. Default: 1; with --model: 2 (the first "
+            "step allocates the optimizer state, the second still grows the heap); with --mixed_lengths: "
+            "0."
+        },
     )
     rounds: int | None = field(
         default=None,
-        metadata={"help": "Times every measurement is taken, each time in a new process, the jobs in turn; the "
-                          "median is reported, ratios are medians of per-round ratios. Default: 1; with --model: 3."},
+        metadata={
+            "help": "Times every measurement is taken, each time in a new process, the jobs in turn; the "
+            "median is reported, ratios are medians of per-round ratios. Default: 1; with --model: 3."
+        },
     )
     threads: int | None = field(
         default=None, metadata={"help": "CPU threads of each measuring process (default: torch's default)."}
@@ -206,8 +244,10 @@ class BenchmarkArguments:
     forward_only: bool = field(default=False, metadata={"help": "Attention benchmark only: no backward."})
     glibc_malloc: bool = field(
         default=False,
-        metadata={"help": "--model on CPU: time with glibc's default malloc, which returns freed memory to the "
-                          "system, instead of keeping it for reuse as the training scripts do."},
+        metadata={
+            "help": "--model on CPU: time with glibc's default malloc, which returns freed memory to the "
+            "system, instead of keeping it for reuse as the training scripts do."
+        },
     )
     output_dir: str = field(default="outputs/benchmark", metadata={"help": "Folder for the tables and plots."})
 
@@ -224,8 +264,9 @@ class BenchmarkArguments:
         check_flag_choice("device", self.device, ["cpu", "cuda"])
         check_flag_choice("dtype", self.dtype, list(DTYPES))
         if self.glibc_malloc and not (self.model and self.device == "cpu"):
-            raise ValueError("--glibc_malloc applies to --model on CPU only (the attention benchmark always uses "
-                             "glibc's defaults)")
+            raise ValueError(
+                "--glibc_malloc applies to --model on CPU only (the attention benchmark always uses glibc's defaults)"
+            )
         if self.device == "cuda" and not torch.cuda.is_available():
             raise ValueError("--device cuda: no CUDA device is available; use --device cpu")
         if self.onnx and (self.device, self.dtype) != ("cpu", "fp32"):
@@ -237,10 +278,14 @@ class BenchmarkArguments:
             raise ValueError(f"--seq_lens must be positive integers, got {self.seq_lens}")
         self._fill_defaults()
         allowed = list_methods() + ([MODEL_REFERENCE] if whole_model and not self.mixed_lengths else [])
-        self.method_names = parse_method_names(
-            self.methods, allowed, DEFAULT_MODEL_METHODS if whole_model else list_methods())
-        references = [MODEL_REFERENCE] if self.compile else [MODEL_REFERENCE, MODEL_FLOOR] if self.model or self.onnx \
-            else [ATTENTION_REFERENCE]  # --mixed_lengths too: softmax keeps packed sequences apart, SDPA would not
+        self.method_names = parse_method_names(self.methods, allowed, DEFAULT_MODEL_METHODS if whole_model else list_methods())
+        references = (
+            [MODEL_REFERENCE]
+            if self.compile
+            else [MODEL_REFERENCE, MODEL_FLOOR]
+            if self.model or self.onnx
+            else [ATTENTION_REFERENCE]
+        )  # --mixed_lengths too: softmax keeps packed sequences apart, SDPA would not
         #: What is measured: the references first, then the methods asked for.
         self.measured = references + [m for m in self.method_names if m not in references]
         self.method_configs = parse_method_configs(self.attn_config, [m for m in self.measured if m != MODEL_REFERENCE])
@@ -255,8 +300,17 @@ class BenchmarkArguments:
         if self.warmup is None:
             self.warmup = 2 if self.model else 0 if self.mixed_lengths else 1
         if self.seq_lens is None:
-            self.seq_lens = ([1024] if self.compile else [1024, 4096, 8192, 16384] if self.onnx else [4096] if self.mixed_lengths
-                             else [1024, 2048, 4096, 8192, 16384] if self.model else [512, 1024, 2048, 4096])
+            self.seq_lens = (
+                [1024]
+                if self.compile
+                else [1024, 4096, 8192, 16384]
+                if self.onnx
+                else [4096]
+                if self.mixed_lengths
+                else [1024, 2048, 4096, 8192, 16384]
+                if self.model
+                else [512, 1024, 2048, 4096]
+            )
 
 
 def parse_args(argv: Sequence[str] | None = None) -> BenchmarkArguments:

@@ -46,8 +46,7 @@ def measure_request(request: dict[str, Any]) -> float | dict[str, float]:
     """Seconds (``request["measure"] == "time"``) or peak MB (``"memory"``) of the step asked for;
     for the other kinds, the timings of their function in :data:`TIMINGS`."""
     request = dict(request)
-    what, kind, repeats, warmup, threads = (
-        request.pop(key) for key in ("measure", "kind", "repeats", "warmup", "threads"))
+    what, kind, repeats, warmup, threads = (request.pop(key) for key in ("measure", "kind", "repeats", "warmup", "threads"))
     glibc_malloc = request.pop("glibc_malloc", False)
     if request["device"] == "cpu" and what == "memory" and not return_freed_memory():
         print("not glibc: CPU peak memory includes memory kept by the allocator", file=sys.stderr)
@@ -71,12 +70,12 @@ def in_this_process(kind: str, device: str) -> bool:
 
 
 def _failed(job: dict[str, Any], detail: str) -> RuntimeError:
-    return RuntimeError(f"{job['kind']} benchmark ({job['measure']}) of {job['method']} at n={job['seq_len']} "
-                        f"failed: {detail}")
+    return RuntimeError(f"{job['kind']} benchmark ({job['measure']}) of {job['method']} at n={job['seq_len']} failed: {detail}")
 
 
-def measure_job(what: str, kind: str, repeats: int = 3, warmup: int = 1, threads: int | None = None,
-                **request: Any) -> tuple[Any, int]:
+def measure_job(
+    what: str, kind: str, repeats: int = 3, warmup: int = 1, threads: int | None = None, **request: Any
+) -> tuple[Any, int]:
     """(value, pid): the time (``what`` "time") or peak memory ("memory") of one step (``kind``
     "attention": :func:`attention_step`, "model": :func:`model_step`; the kinds of :data:`TIMINGS`: their
     timings), in a fresh interpreter unless :func:`in_this_process`, so that no CPU measurement shares
@@ -118,8 +117,13 @@ def measure_in_fresh_process(job: dict[str, Any]) -> tuple[Any, int]:
     # Compile jobs compile from scratch: Inductor's on-disk caches would hand later processes the
     # kernels of earlier ones.
     env = {**os.environ, "TORCHINDUCTOR_FORCE_DISABLE_CACHES": "1"} if job["kind"] == "compile" else None
-    with subprocess.Popen([sys.executable, "-m", "hf_efficient_attn.tools.benchmark", json.dumps(job)],
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) as child:
+    with subprocess.Popen(
+        [sys.executable, "-m", "hf_efficient_attn.tools.benchmark", json.dumps(job)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    ) as child:
         while True:
             try:
                 stdout, stderr = child.communicate(timeout=0.2)
@@ -128,8 +132,7 @@ def measure_in_fresh_process(job: dict[str, Any]) -> tuple[Any, int]:
                 if memory_available_mb() < MEMORY_FLOOR_MB:
                     child.kill()
                     child.communicate()
-                    raise _failed(job, f"out of memory: stopped with under {MEMORY_FLOOR_MB} MB left on the "
-                                       f"machine") from None
+                    raise _failed(job, f"out of memory: stopped with under {MEMORY_FLOOR_MB} MB left on the machine") from None
     if child.returncode != 0:
         raise _failed(job, f"\n{stderr[-2000:]}")
     answer = json.loads(stdout.strip().splitlines()[-1])
@@ -162,8 +165,10 @@ def measure_all(jobs: list[dict[str, Any]], rounds: int = 1) -> list[Measurement
                 if round_index == 0:
                     peaks[i], pid = measure_job("memory", **job)
                     pids[i].append(pid)
-                tqdm.write(f"{job['method']:24s} n={job['seq_len']:6d} round {round_index + 1}: "
-                           f"{seconds * 1000:10.1f} ms {peaks[i]:9.1f} MB")
+                tqdm.write(
+                    f"{job['method']:24s} n={job['seq_len']:6d} round {round_index + 1}: "
+                    f"{seconds * 1000:10.1f} ms {peaks[i]:9.1f} MB"
+                )
             except RuntimeError as error:
                 failed.add(i)
                 tqdm.write(f"skipped: {error}", file=sys.stderr)
@@ -171,7 +176,8 @@ def measure_all(jobs: list[dict[str, Any]], rounds: int = 1) -> list[Measurement
     progress.close()
     return [
         Measurement(job["method"], job["seq_len"], mode_of(job), statistics.median(times[i]), peaks[i], pids[i], times[i])
-        for i, job in enumerate(jobs) if i not in failed
+        for i, job in enumerate(jobs)
+        if i not in failed
     ]
 
 
@@ -200,8 +206,10 @@ def measure_timings(jobs: list[dict[str, Any]], rounds: int = 1) -> tuple[list[l
             try:
                 timings, _ = measure_job("time", **job)
                 results[i].append(timings)
-                tqdm.write(f"{job['method']:24s} n={job['seq_len']:6d} round {round_index + 1}: "
-                           + ", ".join(f"{key} {value:.4g}" for key, value in timings.items()))
+                tqdm.write(
+                    f"{job['method']:24s} n={job['seq_len']:6d} round {round_index + 1}: "
+                    + ", ".join(f"{key} {value:.4g}" for key, value in timings.items())
+                )
             except RuntimeError as error:
                 failed[i] = skip_reason(error)
                 results[i] = []

@@ -31,7 +31,9 @@ def compile_table(jobs: list[dict[str, Any]], results: list[list[dict[str, float
     rows = []
     for job, rounds in zip(jobs, results):
         row: dict[str, Any] = {
-            "method": job["method"], "n": job["seq_len"], "call": "train step" if job["train"] else "forward",
+            "method": job["method"],
+            "n": job["seq_len"],
+            "call": "train step" if job["train"] else "forward",
             "eager_ms": round(_median(rounds, "eager_s") * 1000, 1),
             "first_compiled_call_s": round(_median(rounds, "first_compiled_call_s"), 1),
             "compiled_ms": round(_median(rounds, "compiled_s") * 1000, 1),
@@ -64,8 +66,9 @@ def mixed_lengths_table(jobs: list[dict[str, Any]], results: list[list[dict[str,
     return rows
 
 
-def onnx_table(jobs: list[dict[str, Any]], results: list[list[dict[str, float]]],
-               skipped: dict[int, str] | None = None) -> list[dict[str, Any]]:
+def onnx_table(
+    jobs: list[dict[str, Any]], results: list[list[dict[str, float]]], skipped: dict[int, str] | None = None
+) -> list[dict[str, Any]]:
     """One row per job: eager and ONNX Runtime times (fp32, and int8 where measured), ONNX Runtime's
     speed-up over the SDPA model served the same way (>1 = faster) and its time over the vmean floor
     model's (+10% = 1.1x the floor's), each a median of per-round ratios. A job in ``skipped`` (by
@@ -131,8 +134,12 @@ def model_step_table(measurements: list[Measurement], batch: int = 1) -> list[di
             mine = by_key.get((method, seq_len))
             if mine is None:
                 continue
-            row: dict[str, Any] = {"n": seq_len, "method": method, "step_s": round(mine.seconds, 3),
-                                   "tokens_per_s": round(batch * seq_len / mine.seconds)}
+            row: dict[str, Any] = {
+                "n": seq_len,
+                "method": method,
+                "step_s": round(mine.seconds, 3),
+                "tokens_per_s": round(batch * seq_len / mine.seconds),
+            }
             if ref is not None:
                 row["speedup_vs_sdpa"] = round(time_ratio(ref, mine), 2)
             if floor is not None:
@@ -203,5 +210,3 @@ def write_outputs(rows: list[dict[str, Any]], measurements: list[Measurement], o
     write_table(rows, out, stem, title)
     (out / f"{stem}.json").write_text(json.dumps([asdict(m) for m in measurements], indent=1))
     plot(measurements, out / f"{stem}.png", title)
-
-

@@ -20,9 +20,18 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 ROBERTA_BASE_WIDTH = dict(hidden_size=768, num_attention_heads=12, intermediate_size=3072)
 
 
-def attention_step(method: str, seq_len: int, backward: bool, *, options: dict[str, Any] | None = None,
-                   batch: int = 1, heads: int = 12, head_dim: int = 64, device: str = "cpu",
-                   dtype: str = "fp32") -> Callable[[], None]:
+def attention_step(
+    method: str,
+    seq_len: int,
+    backward: bool,
+    *,
+    options: dict[str, Any] | None = None,
+    batch: int = 1,
+    heads: int = 12,
+    head_dim: int = 64,
+    device: str = "cpu",
+    dtype: str = "fp32",
+) -> Callable[[], None]:
     """One attention call of ``method`` (with ``options``) on random q, k, v (B, H, N, D), with
     backward (of a fixed random output gradient) if asked."""
     dev, torch_dtype = torch.device(device), DTYPES[dtype]
@@ -43,8 +52,9 @@ def attention_step(method: str, seq_len: int, backward: bool, *, options: dict[s
     return step
 
 
-def build_mlm_model(method: str, seq_len: int, layers: int = 2, vocab_size: int = 1024,
-                    options: dict[str, Any] | None = None) -> torch.nn.Module:
+def build_mlm_model(
+    method: str, seq_len: int, layers: int = 2, vocab_size: int = 1024, options: dict[str, Any] | None = None
+) -> torch.nn.Module:
     """A randomly initialised roberta-base-width ``RobertaForMaskedLM`` for ``seq_len`` tokens with
     attention ``method`` and its ``options`` (``"sdpa"``: Transformers' own) and attention dropout 0
     (the approximations apply none)."""
@@ -53,8 +63,11 @@ def build_mlm_model(method: str, seq_len: int, layers: int = 2, vocab_size: int 
     from ...integration.patching import patch_model
 
     config = transformers.RobertaConfig(
-        vocab_size=vocab_size, num_hidden_layers=layers, max_position_embeddings=seq_len + 2,
-        attention_probs_dropout_prob=0.0, **ROBERTA_BASE_WIDTH,
+        vocab_size=vocab_size,
+        num_hidden_layers=layers,
+        max_position_embeddings=seq_len + 2,
+        attention_probs_dropout_prob=0.0,
+        **ROBERTA_BASE_WIDTH,
     )
     if method == MODEL_REFERENCE:
         return transformers.AutoModelForMaskedLM.from_config(config, attn_implementation="sdpa")
@@ -80,8 +93,17 @@ def mlm_training_step(model: torch.nn.Module, batch: int, seq_len: int, dtype: s
     return step
 
 
-def model_step(method: str, seq_len: int, *, options: dict[str, Any] | None = None, layers: int = 2,
-               vocab_size: int = 1024, batch: int = 1, device: str = "cpu", dtype: str = "fp32") -> Callable[[], None]:
+def model_step(
+    method: str,
+    seq_len: int,
+    *,
+    options: dict[str, Any] | None = None,
+    layers: int = 2,
+    vocab_size: int = 1024,
+    batch: int = 1,
+    device: str = "cpu",
+    dtype: str = "fp32",
+) -> Callable[[], None]:
     """:func:`mlm_training_step` of :func:`build_mlm_model`."""
     torch.manual_seed(0)
     model = build_mlm_model(method, seq_len, layers, vocab_size, options).to(device).train()
@@ -93,15 +115,25 @@ def padded_batch(vocab_size: int, batch: int, seq_len: int, device: str) -> dict
     input_ids = torch.randint(3, vocab_size, (batch, seq_len), device=device)
     attention_mask = torch.ones_like(input_ids)
     if batch > 1:
-        attention_mask[-1, seq_len - seq_len // 4:] = 0
-    labels = torch.where(torch.rand(batch, seq_len, device=device) < 0.15, input_ids, -100).masked_fill(
-        attention_mask == 0, -100)
+        attention_mask[-1, seq_len - seq_len // 4 :] = 0
+    labels = torch.where(torch.rand(batch, seq_len, device=device) < 0.15, input_ids, -100).masked_fill(attention_mask == 0, -100)
     return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
 
 
-def compile_timings(method: str, seq_len: int, *, options: dict[str, Any] | None = None, train: bool = False,
-                    layers: int = 2, vocab_size: int = 1024, batch: int = 2, device: str = "cpu", dtype: str = "fp32",
-                    repeats: int = 3, warmup: int = 1) -> dict[str, float]:
+def compile_timings(
+    method: str,
+    seq_len: int,
+    *,
+    options: dict[str, Any] | None = None,
+    train: bool = False,
+    layers: int = 2,
+    vocab_size: int = 1024,
+    batch: int = 2,
+    device: str = "cpu",
+    dtype: str = "fp32",
+    repeats: int = 3,
+    warmup: int = 1,
+) -> dict[str, float]:
     """Seconds of one call of the model eager (median of ``repeats`` after ``warmup``), of the first
     call of ``torch.compile(model)`` (compilation included) and of a steady-state compiled call
     (median); the call is an inference forward, or with ``train`` a training step (forward,
@@ -115,8 +147,7 @@ def compile_timings(method: str, seq_len: int, *, options: dict[str, Any] | None
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5) if train else None
 
         def step() -> None:
-            with torch.set_grad_enabled(train), torch.autocast(dev.type, dtype=amp_dtype,
-                                                                enabled=amp_dtype != torch.float32):
+            with torch.set_grad_enabled(train), torch.autocast(dev.type, dtype=amp_dtype, enabled=amp_dtype != torch.float32):
                 loss = module(**inputs).loss
             if optimizer is not None:
                 loss.backward()
@@ -132,13 +163,27 @@ def compile_timings(method: str, seq_len: int, *, options: dict[str, Any] | None
     compiled_step()
     synchronize(dev)
     first_call = time.perf_counter() - start
-    return {"eager_s": eager, "first_compiled_call_s": first_call,
-            "compiled_s": median_seconds(compiled_step, dev, repeats, warmup)}
+    return {
+        "eager_s": eager,
+        "first_compiled_call_s": first_call,
+        "compiled_s": median_seconds(compiled_step, dev, repeats, warmup),
+    }
 
 
-def onnx_timings(method: str, seq_len: int, *, options: dict[str, Any] | None = None, int8: bool = False,
-                 layers: int = 2, vocab_size: int = 1024, batch: int = 1, device: str = "cpu", dtype: str = "fp32",
-                 repeats: int = 3, warmup: int = 1) -> dict[str, float]:
+def onnx_timings(
+    method: str,
+    seq_len: int,
+    *,
+    options: dict[str, Any] | None = None,
+    int8: bool = False,
+    layers: int = 2,
+    vocab_size: int = 1024,
+    batch: int = 1,
+    device: str = "cpu",
+    dtype: str = "fp32",
+    repeats: int = 3,
+    warmup: int = 1,
+) -> dict[str, float]:
     """Seconds of one inference forward of the model in eager PyTorch and in ONNX Runtime (its
     export by :func:`serving.onnx.export_onnx`; with ``int8`` also its int8 model, quantized as
     ``export_onnx.py --int8`` does), medians of ``repeats`` calls after ``warmup``."""
@@ -203,8 +248,11 @@ def mixed_length_batches(lengths: list[int], batch: int, vocab_size: int, pad_to
     for group in groups:
         width = max(len(f["input_ids"]) for f in group)
         shape = (len(group), width)
-        rows = {"input_ids": torch.full(shape, pad_token_id), "labels": torch.full(shape, -100),
-                "attention_mask": torch.zeros(shape, dtype=torch.long)}
+        rows = {
+            "input_ids": torch.full(shape, pad_token_id),
+            "labels": torch.full(shape, -100),
+            "attention_mask": torch.zeros(shape, dtype=torch.long),
+        }
         for row, f in enumerate(group):
             n = len(f["input_ids"])
             rows["input_ids"][row, :n], rows["labels"][row, :n] = torch.tensor(f["input_ids"]), torch.tensor(f["labels"])
@@ -213,9 +261,20 @@ def mixed_length_batches(lengths: list[int], batch: int, vocab_size: int, pad_to
     return padded, [packer(group) for group in groups]
 
 
-def mixed_length_timings(method: str, seq_len: int, *, lengths: list[int], options: dict[str, Any] | None = None,
-                         layers: int = 2, vocab_size: int = 1024, batch: int = 4, device: str = "cpu",
-                         dtype: str = "fp32", repeats: int = 1, warmup: int = 0) -> dict[str, float]:
+def mixed_length_timings(
+    method: str,
+    seq_len: int,
+    *,
+    lengths: list[int],
+    options: dict[str, Any] | None = None,
+    layers: int = 2,
+    vocab_size: int = 1024,
+    batch: int = 4,
+    device: str = "cpu",
+    dtype: str = "fp32",
+    repeats: int = 1,
+    warmup: int = 0,
+) -> dict[str, float]:
     """Seconds to take documents of ``lengths`` tokens through the model ``batch`` at a time, padded and
     packed (:func:`mixed_length_batches`), as inference forwards and as training steps (medians of
     ``repeats`` passes over all documents after ``warmup``); and the largest difference between the
@@ -224,16 +283,16 @@ def mixed_length_timings(method: str, seq_len: int, *, lengths: list[int], optio
     model = build_mlm_model(method, seq_len, layers, vocab_size, options).to(device)
     dev, amp_dtype = torch.device(device), DTYPES[dtype]
     padded, packed = mixed_length_batches(lengths, batch, vocab_size, model.config.pad_token_id)
-    padded, packed = ([{k: v.to(dev) if torch.is_tensor(v) else v for k, v in b.items()} for b in batches]
-                      for batches in (padded, packed))
+    padded, packed = (
+        [{k: v.to(dev) if torch.is_tensor(v) else v for k, v in b.items()} for b in batches] for batches in (padded, packed)
+    )
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
 
     def passes(batches: list[dict[str, Any]], train: bool) -> Callable[[], None]:
         def run() -> None:
             model.train(train)
             for inputs in batches:
-                with torch.set_grad_enabled(train), torch.autocast(dev.type, dtype=amp_dtype,
-                                                                    enabled=amp_dtype != torch.float32):
+                with torch.set_grad_enabled(train), torch.autocast(dev.type, dtype=amp_dtype, enabled=amp_dtype != torch.float32):
                     loss = model(**inputs).loss
                 if train:
                     loss.backward()
@@ -246,6 +305,9 @@ def mixed_length_timings(method: str, seq_len: int, *, lengths: list[int], optio
     with torch.no_grad():
         real = padded[0]["attention_mask"].bool()
         difference = (model(**packed[0]).logits[0] - model(**padded[0]).logits[real]).abs().max().item()
-    timings = {f"{form}_{call}_s": median_seconds(passes(batches, call == "train"), dev, repeats, warmup)
-               for call in ("forward", "train") for form, batches in (("padded", padded), ("packed", packed))}
+    timings = {
+        f"{form}_{call}_s": median_seconds(passes(batches, call == "train"), dev, repeats, warmup)
+        for call in ("forward", "train")
+        for form, batches in (("padded", padded), ("packed", packed))
+    }
     return {**timings, "max_abs_logit_difference": difference}

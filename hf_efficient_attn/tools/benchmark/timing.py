@@ -57,4 +57,3 @@ def call_peak_mb(step: Callable[[], None], device: torch.device) -> float:
         f.write("5")  # reset the high-water mark to the current resident size
     step()
     return max(_peak_resident_mb() - before, 0.0)
-

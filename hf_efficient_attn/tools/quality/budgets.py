@@ -62,9 +62,7 @@ SWEEPS: dict[str, BudgetOption] = {
 }
 
 
-def budget_grid(
-    methods: Iterable[str] | None = None, seq_len: int = 512
-) -> dict[str, tuple[str | None, list[Any]]]:
+def budget_grid(methods: Iterable[str] | None = None, seq_len: int = 512) -> dict[str, tuple[str | None, list[Any]]]:
     """method -> (budget option name, values at ``seq_len``) for the registered ``methods``
     (all by default). Budgets of n or more (nothing left to approximate) are left out.
 

@@ -49,15 +49,18 @@ class QualityArguments:
     )
     attn_config: str | None = field(
         default=None,
-        metadata={"help": "Options per method, a JSON object keyed by method name, e.g. "
-                          "'{\"mra2\": {\"initial_prior_first_n_blocks\": 1}}'. The error study sweeps each "
-                          "method's budget option over its grid, the other options as given; --embeddings uses "
-                          "them all. A method left out runs at its defaults."},
+        metadata={
+            "help": "Options per method, a JSON object keyed by method name, e.g. "
+            '\'{"mra2": {"initial_prior_first_n_blocks": 1}}\'. The error study sweeps each '
+            "method's budget option over its grid, the other options as given; --embeddings uses "
+            "them all. A method left out runs at its defaults."
+        },
     )
     seq_lens: list[int] = field(
         default_factory=lambda: [512, 2048],
-        metadata={"help": "Sequence lengths of the error study, space-separated (beyond 512 the position table is "
-                          "tiled on a copy)."},
+        metadata={
+            "help": "Sequence lengths of the error study, space-separated (beyond 512 the position table is tiled on a copy)."
+        },
     )
     errors: bool = field(
         default=True, metadata={"help": "Measure the errors and times at --seq_lens (--no_errors: only --embeddings)."}
@@ -69,9 +72,7 @@ class QualityArguments:
     model_name_or_path: str | None = field(
         default=None, metadata={"help": "Checkpoint folder or Hub id. Default: all-MiniLM-L6-v2 from pip."}
     )
-    num_texts: int = field(
-        default=4, metadata={"help": "Wikipedia articles per sequence length (4x as many for --embeddings)."}
-    )
+    num_texts: int = field(default=4, metadata={"help": "Wikipedia articles per sequence length (4x as many for --embeddings)."})
     num_sentences: int = field(default=256, metadata={"help": "News sentences for --embeddings."})
     num_articles: int = field(
         default=64, metadata={"help": "Whole news articles (up to 512 tokens, padded batches) for --embeddings."}
@@ -117,8 +118,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.errors:
         tokenizer = transformers.AutoTokenizer.from_pretrained(path)
         model = transformers.AutoModel.from_pretrained(path).eval()
-        meta: dict[str, Any] = {"model": path, "threads": args.threads, "attn_config": configs, "grid": {},
-                                "texts": {}}
+        meta: dict[str, Any] = {"model": path, "threads": args.threads, "attn_config": configs, "grid": {}, "texts": {}}
         for seq_len in args.seq_lens:
             articles = long_articles(tokenizer, seq_len, args.num_texts)
             meta["texts"][seq_len] = [title for title, _ in articles]
@@ -126,8 +126,11 @@ def main(argv: Sequence[str] | None = None) -> None:
             start = time.perf_counter()
             layers = capture_qkv(model, tokenizer, [text for _, text in articles], seq_len)
             q = layers[0][0]
-            print(f"n={seq_len}: captured {len(layers)} layers of q/k/v {tuple(q.shape)} from "
-                  f"{', '.join(meta['texts'][seq_len])} in {time.perf_counter() - start:.1f}s", flush=True)
+            print(
+                f"n={seq_len}: captured {len(layers)} layers of q/k/v {tuple(q.shape)} from "
+                f"{', '.join(meta['texts'][seq_len])} in {time.perf_counter() - start:.1f}s",
+                flush=True,
+            )
 
             def progress(r: QualityResult) -> None:
                 status = r.error or f"fro {r.fro:.4f} spec {r.spec:.4f} {r.ms:.2f} ms (exact {r.exact_ms:.2f})"
@@ -182,10 +185,10 @@ def main(argv: Sequence[str] | None = None) -> None:
             ("Wikipedia articles, first 512 tokens", wikipedia_articles(min_words=600)[: args.num_texts * 4], 512, 4),
         ):
             lengths = [min(len(ids), max_length) for ids in tokenizer(list(texts))["input_ids"]]
-            what = (f"{len(texts)} {corpus}; {min(lengths)}-{max(lengths)} tokens, "
-                    f"median {int(statistics.median(lengths))}")
-            agreement = embedding_agreement(methods, texts, model_path=path, attn_configs=configs,
-                                            batch_size=batch_size, max_length=max_length)
+            what = f"{len(texts)} {corpus}; {min(lengths)}-{max(lengths)} tokens, median {int(statistics.median(lengths))}"
+            agreement = embedding_agreement(
+                methods, texts, model_path=path, attn_configs=configs, batch_size=batch_size, max_length=max_length
+            )
             for r in agreement:
                 print(f"  {corpus} {r.method}: {r.error or f'cos {r.cosine_mean:.4f} (min {r.cosine_min:.4f})'}")
                 records.append({"texts": corpus, **asdict(r)})

@@ -25,13 +25,15 @@ class EmbeddingAgreement:
     error: str | None = None
 
 
-def mean_pooled_embeddings(model: nn.Module, tokenizer: Any, sentences: Sequence[str], batch_size: int = 32,
-                           max_length: int = 128) -> torch.Tensor:
+def mean_pooled_embeddings(
+    model: nn.Module, tokenizer: Any, sentences: Sequence[str], batch_size: int = 32, max_length: int = 128
+) -> torch.Tensor:
     """:func:`mean_pooled` embeddings of ``sentences`` in padded batches; (len(sentences), hidden)."""
     model.eval()
     batches = (
-        tokenizer(list(sentences[start : start + batch_size]), padding=True, truncation=True,
-                  max_length=max_length, return_tensors="pt")
+        tokenizer(
+            list(sentences[start : start + batch_size]), padding=True, truncation=True, max_length=max_length, return_tensors="pt"
+        )
         for start in range(0, len(sentences), batch_size)
     )
     return torch.cat([mean_pooled(model, batch) for batch in batches])
@@ -97,7 +99,5 @@ def embedding_markdown(results: Sequence[EmbeddingAgreement], what: str) -> str:
         if r.error:
             lines.append(f"| {r.method} | {options} | failed: {r.error} | | |")
         else:
-            lines.append(
-                f"| {r.method} | {options} | {r.cosine_mean:.4f} | {r.cosine_min:.4f} | {r.similarity_corr:.4f} |"
-            )
+            lines.append(f"| {r.method} | {options} | {r.cosine_mean:.4f} | {r.cosine_min:.4f} | {r.similarity_corr:.4f} |")
     return "\n".join(lines) + "\n"

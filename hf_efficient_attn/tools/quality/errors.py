@@ -23,9 +23,7 @@ from .budgets import budget_grid, budget_size
 EXACT = "softmax"
 
 
-def exact_softmax_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, heads_per_chunk: int = 4
-) -> torch.Tensor:
+def exact_softmax_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, heads_per_chunk: int = 4) -> torch.Tensor:
     """softmax(Q K^T / sqrt(D)) V in float64, a few heads at a time (bounded memory)."""
     out = torch.empty(q.shape[:-1] + v.shape[-1:], dtype=torch.float64)
     for b in range(q.shape[0]):
@@ -99,9 +97,7 @@ def _timed(module: nn.Module, q, k, v, repeats: int) -> tuple[torch.Tensor, floa
     return out, min(times)
 
 
-def exact_reference(
-    layers: Sequence[tuple[torch.Tensor, torch.Tensor, torch.Tensor]], kernel: str = EXACT
-) -> list[torch.Tensor]:
+def exact_reference(layers: Sequence[tuple[torch.Tensor, torch.Tensor, torch.Tensor]], kernel: str = EXACT) -> list[torch.Tensor]:
     """Exact outputs per layer in float64: softmax from its definition, or another exact
     kernel method (``yoso_e``, ``kernelized``) run in float64."""
     if kernel == EXACT:
@@ -156,8 +152,16 @@ def evaluate_method(
                 errors["kspec"].append(kernel_err["spec"].flatten())
     except (ValueError, RuntimeError, FloatingPointError) as err:
         return QualityResult(
-            method, option, value, seq_len, cls.approximates_softmax, budget, *([math.nan] * 5), exact_ms,
-            kernel_reference=kernel, error=f"{type(err).__name__}: {err}".splitlines()[0][:200],
+            method,
+            option,
+            value,
+            seq_len,
+            cls.approximates_softmax,
+            budget,
+            *([math.nan] * 5),
+            exact_ms,
+            kernel_reference=kernel,
+            error=f"{type(err).__name__}: {err}".splitlines()[0][:200],
         )
     flat = {key: torch.cat(vals) for key, vals in errors.items() if vals}
     fro = flat["fro"]
@@ -211,8 +215,14 @@ def evaluate(
     for method, (option, values) in grid.items():
         for value in values:
             result = evaluate_method(
-                method, layers, option, value, options=(attn_configs or {}).get(method), references=references,
-                exact_ms=exact_ms, repeats=repeats,
+                method,
+                layers,
+                option,
+                value,
+                options=(attn_configs or {}).get(method),
+                references=references,
+                exact_ms=exact_ms,
+                repeats=repeats,
             )
             results.append(result)
             if progress is not None:

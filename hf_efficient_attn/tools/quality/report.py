@@ -8,8 +8,23 @@ from typing import Any, Iterable, Sequence
 from .errors import EXACT, QualityResult
 
 COLUMNS = (
-    "seq_len", "method", "option", "value", "budget", "approximates_softmax", "ms", "exact_ms", "speedup",
-    "fro", "fro_sem", "spec", "spec_abs", "kernel_reference", "kernel_fro", "kernel_spec", "error",
+    "seq_len",
+    "method",
+    "option",
+    "value",
+    "budget",
+    "approximates_softmax",
+    "ms",
+    "exact_ms",
+    "speedup",
+    "fro",
+    "fro_sem",
+    "spec",
+    "spec_abs",
+    "kernel_reference",
+    "kernel_fro",
+    "kernel_spec",
+    "error",
 )
 
 
@@ -52,9 +67,7 @@ def markdown_table(results: Sequence[QualityResult]) -> str:
             if r.error:
                 lines.append(f"| {name} | {budget} | - | - | failed: {r.error} | | |")
                 continue
-            kernel = (
-                f"{r.kernel_reference}: {_fmt(r.kernel_fro)} / {_fmt(r.kernel_spec)}" if r.kernel_reference else ""
-            )
+            kernel = f"{r.kernel_reference}: {_fmt(r.kernel_fro)} / {_fmt(r.kernel_spec)}" if r.kernel_reference else ""
             lines.append(
                 f"| {name} | {budget} | {_fmt(r.ms, 2)} | {_fmt(r.exact_ms / r.ms, 2)}x | "
                 f"{_fmt(r.fro)} ± {_fmt(r.fro_sem, 2)} | {_fmt(r.spec)} | {kernel} |"
@@ -79,7 +92,8 @@ def check_claims(results: Sequence[QualityResult]) -> list[str]:
         # V-Mean is left out: it is the floor (3), a budget-free baseline, not an approximation.
         candidates = [r for r in approx if r.method != "vmean"]
         front = [
-            r for r in candidates
+            r
+            for r in candidates
             if not any(o.ms <= r.ms and o.fro <= r.fro and (o.ms < r.ms or o.fro < r.fro) for o in candidates)
         ]
         front.sort(key=lambda r: r.ms)
@@ -108,7 +122,9 @@ def check_claims(results: Sequence[QualityResult]) -> list[str]:
                 wins = [d for d in common if skein[d].spec < rivals[d].spec]
                 lines.append(
                     f"  Skeinformer < {rival} (spectral, equal d): wins at {len(wins)}/{len(common)} budgets "
-                    + "(" + ", ".join(f"d={d}: {skein[d].spec:.3f} vs {rivals[d].spec:.3f}" for d in common) + ")"
+                    + "("
+                    + ", ".join(f"d={d}: {skein[d].spec:.3f} vs {rivals[d].spec:.3f}" for d in common)
+                    + ")"
                 )
         # (3) V-Mean is a reasonable floor (Skeinformer paper, Fig. 1).
         vmean = _ok(res, "vmean")
@@ -144,14 +160,23 @@ def plot(results: Sequence[QualityResult], path: str) -> None:
                 continue
             soft = points[0].approximates_softmax
             ax.plot(
-                [r.ms for r in points], [max(r.fro, 1e-8) for r in points],
-                marker=markers[method], linestyle="-" if soft else "--", color=colors[method],
+                [r.ms for r in points],
+                [max(r.fro, 1e-8) for r in points],
+                marker=markers[method],
+                linestyle="-" if soft else "--",
+                color=colors[method],
                 label=method if soft else f"{method} (not softmax)",
             )
             for r in points:
                 if r.budget is not None:
-                    ax.annotate(str(r.budget), (r.ms, max(r.fro, 1e-8)), fontsize=6, color=colors[method],
-                                xytext=(2, 2), textcoords="offset points")
+                    ax.annotate(
+                        str(r.budget),
+                        (r.ms, max(r.fro, 1e-8)),
+                        fontsize=6,
+                        color=colors[method],
+                        xytext=(2, 2),
+                        textcoords="offset points",
+                    )
         if subset:
             ax.axvline(subset[0].exact_ms, color="red", linestyle=":", label="exact (SDPA)")
         ax.set_xscale("log")
