@@ -507,6 +507,13 @@ MUTATIONS: list[Mutation] = [
         (T + "test_readme.py::-k methods_pages_table",),
         "the methods pages' table states a cost its class does not",
     ),
+    Mutation(
+        P + "registry.py",
+        '    base = getattr(config, "attn_config", None) if name == saved else None',
+        "    base = None",
+        (T + "test_saved_folders.py",),
+        "a saved folder reloads its method at default options",
+    ),
     # ---- packed rows (padding-free batches) ------------------------------------------------------------------
     Mutation(
         P + "integration/bridge.py",
