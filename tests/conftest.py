@@ -1,4 +1,5 @@
 import os
+from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -70,6 +71,29 @@ def training_steps(monkeypatch):
     training_step = Trainer.training_step
     monkeypatch.setattr(Trainer, "training_step", lambda self, *a, **k: steps.append(1) or training_step(self, *a, **k))
     return steps
+
+
+@pytest.fixture(scope="session")
+def built_once(tmp_path_factory, worker_id):
+    """``built_once(name, build) -> folder``: ``build(folder)`` runs once per test run, its folder
+    shared read-only by every pytest-xdist worker (xdist's documented pattern: a file lock in the
+    run's common temporary folder), so that workers do not each export the same models."""
+    from filelock import FileLock
+
+    def run(name: str, build) -> Path:
+        if worker_id == "master":  # not distributed: the common folder would outlive the run
+            folder = tmp_path_factory.mktemp(name)
+            build(folder)
+            return folder
+        folder = tmp_path_factory.getbasetemp().parent / name
+        with FileLock(f"{folder}.lock"):
+            if not (folder / ".built").exists():
+                folder.mkdir(exist_ok=True)
+                build(folder)
+                (folder / ".built").touch()
+        return folder
+
+    return run
 
 
 @pytest.fixture(scope="session")

@@ -60,26 +60,31 @@ def save_tiny(folder, head="AutoModel", **config):
     return model.eval()
 
 
-@pytest.fixture(scope="module")
-def embedder(tmp_path_factory):
-    """A tiny sentence-transformers model (mean pooling, normalized) with MRA-2, exported by the script
-    with --int8 and checked on texts (a .jsonl file) at --validation_length 300."""
-    tmp = tmp_path_factory.mktemp("embedder")
+def build_embedder(tmp):
     save_tiny(tmp / "model")
     write_sentence_transformers_files(tmp / "model")
     (tmp / "texts.jsonl").write_text("".join(json.dumps({"id": i, "text": t}) + "\n" for i, t in enumerate(texts_of(LENGTHS))))
     export_cli.main(["--model_dir", str(tmp / "model"), "--output_dir", str(tmp / "onnx"), "--export_length", "100",
                      "--int8", "--validation_file", str(tmp / "texts.jsonl"), "--validation_length", "300"])  # fmt: skip
-    return tmp
+
+
+def build_classifier(tmp):
+    save_tiny(tmp / "model", "AutoModelForSequenceClassification", num_labels=3)
+    export_cli.main(["--model_dir", str(tmp / "model"), "--output_dir", str(tmp / "onnx"), "--export_length", "100"])
 
 
 @pytest.fixture(scope="module")
-def classifier(tmp_path_factory):
-    """A tiny 3-label classifier with MRA-2, exported."""
-    tmp = tmp_path_factory.mktemp("classifier")
-    model = save_tiny(tmp / "model", "AutoModelForSequenceClassification", num_labels=3)
-    export_cli.main(["--model_dir", str(tmp / "model"), "--output_dir", str(tmp / "onnx"), "--export_length", "100"])
-    return model, tmp
+def embedder(built_once):
+    """A tiny sentence-transformers model (mean pooling, normalized) with MRA-2, exported by the script
+    with --int8 and checked on texts (a .jsonl file) at --validation_length 300 (read-only)."""
+    return built_once("onnx_encode_embedder", build_embedder)
+
+
+@pytest.fixture(scope="module")
+def classifier(built_once):
+    """A tiny 3-label classifier with MRA-2, exported (read-only), and the PyTorch model."""
+    tmp = built_once("onnx_encode_classifier", build_classifier)
+    return hea.AutoModelForSequenceClassification.from_pretrained(tmp / "model").eval(), tmp
 
 
 def sentence_transformer(folder, max_seq_length=None):
