@@ -6,7 +6,7 @@ import json
 import pytest
 import torch
 import transformers as T
-from tiny import ARCHITECTURES, REAL, SEQ, VOCAB, batch, hidden, option_defaults, tiny_config
+from tiny import MATRIX_ARCHITECTURES, REAL, SEQ, VOCAB, batch, hidden, option_defaults, tiny_config
 
 import hf_efficient_attn as hea
 
@@ -243,7 +243,7 @@ SMALL_BUDGETS = {
 
 
 @pytest.mark.device
-@pytest.mark.parametrize("model_type", ARCHITECTURES)
+@pytest.mark.parametrize("model_type", MATRIX_ARCHITECTURES)
 @pytest.mark.parametrize("method", hea.list_methods())
 def test_every_method_on_every_architecture(model_type, method, device):
     """Each method runs inside each architecture on a padded batch, and is seen to run (its output

@@ -7,7 +7,7 @@ import pytest
 import torch
 from test_bridge import SMALL_BUDGETS
 from test_mlm import workspace  # noqa: F401  (the fixture of the --padding_free tests)
-from tiny import ARCHITECTURES, VOCAB, tiny_config
+from tiny import ARCHITECTURES, MATRIX_ARCHITECTURES, VOCAB, tiny_config
 from transformers import DataCollatorWithFlattening
 
 import hf_efficient_attn as hea
@@ -45,7 +45,7 @@ def alone(model, seqs):
 
 
 @pytest.mark.device
-@pytest.mark.parametrize("model_type", ARCHITECTURES)
+@pytest.mark.parametrize("model_type", MATRIX_ARCHITECTURES)
 @pytest.mark.parametrize("method", hea.list_methods())
 def test_packed_row_equals_each_sequence_alone(model_type, method, device):
     """One packed row = its sequences run alone (1e-4), and the method is seen to run (the packed row

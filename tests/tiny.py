@@ -1,10 +1,16 @@
 """Tiny models and padded batches shared by the tests (importable: tests/ has no __init__.py)."""
 
+import pytest
 import torch
 import transformers as T
 
 VOCAB, SEQ, REAL = 120, 40, 27
 ARCHITECTURES = ["bert", "roberta", "xlm-roberta", "electra", "camembert", "longformer"]
+#: XLM-R's and CamemBERT's Transformers modules are copies of RoBERTa's ("Copied from"): the
+#: every-method-in-every-architecture matrices run them in the slow tier only.
+ROBERTA_COPIES = ("xlm-roberta", "camembert")
+#: ARCHITECTURES for those matrices.
+MATRIX_ARCHITECTURES = [pytest.param(a, marks=pytest.mark.slow) if a in ROBERTA_COPIES else a for a in ARCHITECTURES]
 
 
 def tiny_config(model_type="roberta", **overrides):
