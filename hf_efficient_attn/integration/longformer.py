@@ -4,8 +4,8 @@ The subclass reuses ``query``/``key``/``value`` (state-dict keys unchanged). Eve
 attends to every token through the method, so Longformer's sliding-window/global split
 (``attention_window``, ``global_attention_mask``) no longer restricts attention; the
 ``*_global`` projections stay in the state dict but are unused. Packed rows reach it as the
-``packed_segments`` attribute, which the patched model sets for one call (its forward takes no
-packing keywords; ``patching.py``).
+``packed_segments`` attribute, which the patched model sets for one call (its layers see none of
+the collator's keywords; ``patching.py``).
 """
 
 from __future__ import annotations

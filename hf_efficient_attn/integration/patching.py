@@ -138,8 +138,7 @@ class EfficientModelMixin:
         longformer = self.config.model_type == "longformer"
         if not longformer and (self._compiled_call_impl is not None or not self._forward_passes_keywords):
             return kwargs, None
-        tokens = kwargs.get("input_ids", args[0] if args else None)
-        tokens = kwargs.get("inputs_embeds") if tokens is None else tokens
+        tokens = _input_tokens(args, kwargs)
         mask = kwargs.get("attention_mask", args[1] if len(args) > 1 else None)
         if tokens is None or (mask is not None and mask.dim() != 2):
             return kwargs, None  # the layers work it out from the keywords (a custom 4D mask among them)
@@ -149,7 +148,7 @@ class EfficientModelMixin:
             None if mask is None else mask.bool(),
             batch,
             seq_len,
-            group=groups_by_length(next(iter(method_modules(self)))),
+            group=groups_by_length(method_modules(self)[0]),
         )
         return (kwargs if longformer else {**kwargs, SEGMENTS_KEYWORD: segments}), segments
 
@@ -166,8 +165,7 @@ class EfficientModelMixin:
                     f"call hf_efficient_attn.extend_position_embeddings(model, max_length=...) first"
                 )
             return
-        tokens = kwargs.get("input_ids", args[0] if args else None)
-        tokens = kwargs.get("inputs_embeds") if tokens is None else tokens
+        tokens = _input_tokens(args, kwargs)
         limit = max_tokens(self.config)
         if tokens is not None and tokens.shape[1] > limit:
             raise ValueError(
@@ -199,6 +197,12 @@ class EfficientModelMixin:
             unpatch_model(self, restore=attn_implementation)
         else:
             super().set_attn_implementation(attn_implementation, **kwargs)
+
+
+def _input_tokens(args: tuple, kwargs: dict) -> torch.Tensor | None:
+    """A model call's ``input_ids`` (keyword or first argument), else its ``inputs_embeds``."""
+    tokens = kwargs.get("input_ids", args[0] if args else None)
+    return kwargs.get("inputs_embeds") if tokens is None else tokens
 
 
 def attentions_refusal(model_type: str, attn_impl: str) -> str | None:
