@@ -8,6 +8,7 @@ import os
 import pytest
 from glue_fixtures import write_task_files
 from training_fixtures import (
+    TWO_PROCESS_LAUNCHERS,
     logged_losses,
     read_json,
     run_on_two_processes,
@@ -71,3 +72,29 @@ def test_real_minilm_with_lora_through_the_scripts(tmp_path):
     results = read_json(tmp_path / "out", "all_results.json")
     assert results["eval_samples"] == 50 and 0 <= results["eval_accuracy"] <= 1
     assert os.path.exists(tmp_path / "out" / "adapter_model.safetensors")
+
+
+LEAVING_PROBE = """
+import gc, sys
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+from hf_efficient_attn.tasks.glue import main
+main(sys.argv[1:])
+print("group left", not dist.is_initialized())
+print("DDP alive", sum(isinstance(o, DistributedDataParallel) for o in gc.get_objects()))
+"""
+
+
+def test_each_process_leaves_its_group_after_the_run(tmp_path):
+    """finetune_glue's main ends by destroying the process group, from Python, with the run's DDP
+    wrapper already freed: a group left alive until the interpreter exits made one two-process run
+    in eight abort there (SIGABRT in gloo's threads), and a group destroyed by the wrapper's reducer
+    can deadlock."""
+    files = write_task_files(str(tmp_path / "data"), "mrpc")
+    model = save_tiny_mlm(str(tmp_path / "tiny"))
+    probe = tmp_path / "probe.py"
+    probe.write_text(LEAVING_PROBE)
+    args = train_args(model, files, tmp_path / "out", 4)[1:]  # the probe runs main on the script's flags
+    result = run_script([str(probe), *args], launcher=TWO_PROCESS_LAUNCHERS["two"])
+    assert result.stdout.count("group left True") == 2
+    assert result.stdout.count("DDP alive 0") == 2

@@ -47,6 +47,7 @@ from .common.driver import (
     check_padding_free,
     check_run,
     evaluate_and_save,
+    leave_process_group,
     load_config,
     load_model,
     load_tokenizer,
@@ -468,4 +469,6 @@ def write_offline_sample(name: str, output_dir: str, validation_every: int = 4) 
 def main(argv: Sequence[str] | None = None, callbacks: Sequence[TrainerCallback] = ()) -> dict:
     """Command line of ``scripts/finetune_glue.py``."""
     arguments = parse_arguments((ModelArguments, GlueDataArguments, PeftArguments, TrainingArguments), argv)
-    return run_glue(*arguments, callbacks)
+    metrics = run_glue(*arguments, callbacks)
+    leave_process_group()
+    return metrics

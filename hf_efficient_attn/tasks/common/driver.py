@@ -5,6 +5,7 @@ and the closing summary line."""
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import math
@@ -14,6 +15,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+import torch
 import transformers
 import transformers.integrations
 from transformers import (
@@ -321,3 +323,15 @@ def summary_line(
         if "perplexity" in eval_metrics:
             parts.append(f"perplexity {eval_metrics['perplexity']:.2f}")
     return "summary: " + ", ".join(parts)
+
+
+def leave_process_group() -> None:
+    """End this process's part of a distributed run (torchrun, accelerate launch) once the run's
+    objects are gone: the DDP wrapper's reducer holds the process group, and a gloo group destroyed
+    from there (the GIL held) can deadlock with its worker threads, which need the GIL to free the
+    tensors of their last collectives; a group left alive until the interpreter exits can abort the
+    process there instead (SIGABRT; pytorch/pytorch#179291). Destroyed from Python, the group
+    releases the GIL while it waits for its threads."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        gc.collect()  # the trainer and its DDP wrapper, which reference each other through callbacks
+        torch.distributed.destroy_process_group()

@@ -31,6 +31,7 @@ from ..common.driver import (
     check_padding_free,
     check_run,
     evaluate_and_save,
+    leave_process_group,
     load_config,
     load_model,
     load_tokenizer,
@@ -201,4 +202,6 @@ def run_mlm(
 
 def main(argv: Sequence[str] | None = None, callbacks: Sequence[TrainerCallback] = ()) -> dict:
     """Command line of ``scripts/pretrain_mlm.py``."""
-    return run_mlm(*parse_arguments((ModelArguments, MLMDataArguments, TrainingArguments), argv), callbacks)
+    metrics = run_mlm(*parse_arguments((ModelArguments, MLMDataArguments, TrainingArguments), argv), callbacks)
+    leave_process_group()
+    return metrics

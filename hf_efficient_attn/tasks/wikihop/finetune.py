@@ -38,6 +38,7 @@ from ..common.driver import (
     check_padding_free,
     check_run,
     evaluate_and_save,
+    leave_process_group,
     load_config,
     load_model,
     load_tokenizer,
@@ -217,4 +218,6 @@ def run_wikihop(
 
 def main(argv: Sequence[str] | None = None, callbacks: Sequence[TrainerCallback] = ()) -> dict:
     """Command line of ``scripts/finetune_wikihop.py``."""
-    return run_wikihop(*parse_arguments((ModelArguments, WikiHopDataArguments, TrainingArguments), argv), callbacks)
+    metrics = run_wikihop(*parse_arguments((ModelArguments, WikiHopDataArguments, TrainingArguments), argv), callbacks)
+    leave_process_group()
+    return metrics
