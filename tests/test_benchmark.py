@@ -51,6 +51,7 @@ from hf_efficient_attn.utils.cli_errors import run_cli
         (["--model", "--int8"], "--int8 applies to --onnx only"),
         (["--compile", "--forward_only"], "--forward_only"),
         (["--glibc_malloc"], "--glibc_malloc applies to --model on CPU only"),
+        (["--model", "--competing_process"], "--competing_process applies to the attention benchmark on CPU only"),
         (["--out_dir", "x"], r"unknown flag --out_dir \(did you mean --output_dir\?\)"),
         (["--methods", "mra2:block_per_row=2"], "unknown method 'mra2:block_per_row=2'"),  # the old spelling is gone
     ],
@@ -470,3 +471,13 @@ def test_onnx_benchmark_command_line_end_to_end(tmp_path):
     sdpa, mine = rounds
     per_round = sorted(s["onnxruntime_s"] / m["onnxruntime_s"] for s, m in zip(sdpa, mine))
     assert rows[1]["onnxruntime_speedup_vs_sdpa"] == round(sum(per_round) / 2, 2)
+
+
+def test_the_competing_process_spins_while_it_is_active_and_is_gone_after():
+    with processes.competing_process(False) as none:
+        assert none is None
+    with processes.competing_process(True) as spinner:
+        time.sleep(1.0)
+        with open(f"/proc/{spinner.pid}/stat") as stat:
+            user_ticks = int(stat.read().rsplit(")", 1)[1].split()[11])  # utime, field 14
+    assert user_ticks / os.sysconf("SC_CLK_TCK") > 0.3 and spinner.poll() is not None

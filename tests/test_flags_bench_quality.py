@@ -2,6 +2,7 @@
 loading functions are spied on (the shapes, threads, dtypes, repeats and texts they receive), nothing
 is measured, and the tables are checked against the values the spies returned."""
 
+import contextlib
 import csv
 import json
 import statistics
@@ -417,3 +418,29 @@ def test_quality_errors_on_by_default_and_embeddings_off(study):
     )
     assert len(study.evaluated) == 1 and not study.embedded
     assert study.evaluated[0]["repeats"] == 3 and study.articles == [(16, 4)] and study.threads == [2]
+
+
+def test_competing_process_times_each_call_again_beside_a_busy_process(measured, tmp_path, monkeypatch):
+    """--competing_process: every call is timed quiet and beside a busy process (memory once, quiet);
+    the table gives the busy time and its ratio to the quiet one."""
+    busy_now, timed_busy = [False], []
+
+    @contextlib.contextmanager
+    def competing(active):
+        busy_now[0] = active
+        yield None
+        busy_now[0] = False
+
+    monkeypatch.setattr(processes, "competing_process", competing)
+    monkeypatch.setattr(
+        processes,
+        "median_seconds",
+        lambda step, device, repeats, warmup: timed_busy.append(busy_now[0]) or (0.5 if busy_now[0] else 0.2),
+    )
+    argv = ["--methods", "mra2", "--seq_lens", "32", "--forward_only", "--output_dir", str(tmp_path)]
+    rows = bench_cli.main([*argv, "--competing_process"])
+    assert sorted(timed_busy) == [False, False, True, True]  # softmax and mra2, each quiet and busy
+    assert len(measured.peaks) == 2
+    assert [(row["fwd_ms"], row["fwd_busy_ms"], row["fwd_busy_slowdown"]) for row in rows] == [(200.0, 500.0, 2.5)] * 2
+    timed_busy.clear()
+    assert "fwd_busy_ms" not in bench_cli.main(argv)[0] and timed_busy == [False, False]

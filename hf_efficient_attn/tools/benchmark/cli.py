@@ -118,15 +118,19 @@ def run(args: BenchmarkArguments) -> list[dict[str, Any]]:
         write_outputs(rows, measurements, out, "model_step", title)
     else:
         modes = [False] if args.forward_only else [False, True]
+        beside_busy = [False, True] if args.competing_process else [False]
         jobs = [
-            job(m, kind="attention", seq_len=n, backward=b, heads=args.heads, head_dim=args.head_dim)
+            job(m, kind="attention", seq_len=n, backward=b, busy=busy, heads=args.heads, head_dim=args.head_dim)
             for m in args.measured
             for n in args.seq_lens
             for b in modes
+            for busy in beside_busy
         ]
         measurements = measure_all(jobs, args.rounds)
         rows = attention_table(measurements)
         title = f"Attention call, batch {args.batch}, {args.heads} heads, head_dim {args.head_dim}; {_setting(args)}"
+        if args.competing_process:
+            title += "; busy: beside one process spinning on a core"
         write_outputs(rows, measurements, out, "attention", title)
     print(markdown(rows))
     return rows
@@ -135,6 +139,7 @@ def run(args: BenchmarkArguments) -> list[dict[str, Any]]:
 EXAMPLES = """
 examples:
   python scripts/benchmark.py --methods mra2,nystromformer --seq_lens 1024 4096
+  python scripts/benchmark.py --methods mra2 --seq_lens 3360 --forward_only --threads 2 --competing_process
   python scripts/benchmark.py --model                    # mra2, mra2_s vs sdpa and vmean
   python scripts/benchmark.py --model --device cuda --dtype bf16 --methods mra2 --attn_config '{"mra2": {"backend": "flex"}}'
   python scripts/benchmark.py --compile --methods mra2,nystromformer --seq_lens 1024
@@ -242,6 +247,13 @@ class BenchmarkArguments:
         default=None, metadata={"help": "CPU threads of each measuring process (default: torch's default)."}
     )
     forward_only: bool = field(default=False, metadata={"help": "Attention benchmark only: no backward."})
+    competing_process: bool = field(
+        default=False,
+        metadata={
+            "help": "Attention benchmark on CPU only: time every call a second time beside one busy process "
+            "(an interpreter spinning on a core, as on a shared machine) and report the slowdown."
+        },
+    )
     glibc_malloc: bool = field(
         default=False,
         metadata={
@@ -261,6 +273,8 @@ class BenchmarkArguments:
             raise ValueError("--int8 applies to --onnx only")
         if whole_model and self.forward_only:
             raise ValueError("--forward_only applies to the attention benchmark only")
+        if self.competing_process and (whole_model or self.device != "cpu"):
+            raise ValueError("--competing_process applies to the attention benchmark on CPU only")
         check_flag_choice("device", self.device, ["cpu", "cuda"])
         check_flag_choice("dtype", self.dtype, list(DTYPES))
         if self.glibc_malloc and not (self.model and self.device == "cpu"):

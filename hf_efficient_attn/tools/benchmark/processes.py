@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import os
 import statistics
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -73,8 +75,30 @@ def _failed(job: dict[str, Any], detail: str) -> RuntimeError:
     return RuntimeError(f"{job['kind']} benchmark ({job['measure']}) of {job['method']} at n={job['seq_len']} failed: {detail}")
 
 
+@contextlib.contextmanager
+def competing_process(active: bool) -> Iterator[subprocess.Popen | None]:
+    """While active, one busy process beside the measurement (yielded; None when not active): an
+    interpreter spinning on one core, as another job on a shared machine or in a container with a CPU
+    limit would be."""
+    if not active:
+        yield None
+        return
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        yield spinner
+    finally:
+        spinner.kill()
+        spinner.wait()
+
+
 def measure_job(
-    what: str, kind: str, repeats: int = 3, warmup: int = 1, threads: int | None = None, **request: Any
+    what: str,
+    kind: str,
+    repeats: int = 3,
+    warmup: int = 1,
+    threads: int | None = None,
+    busy: bool = False,
+    **request: Any,
 ) -> tuple[Any, int]:
     """(value, pid): the time (``what`` "time") or peak memory ("memory") of one step (``kind``
     "attention": :func:`attention_step`, "model": :func:`model_step`; the kinds of :data:`TIMINGS`: their
@@ -82,9 +106,11 @@ def measure_job(
     memory, caches or compiled kernels with another. ``RuntimeError`` if the measurement fails."""
     job = {"kind": kind, "measure": what, "repeats": repeats, "warmup": warmup, "threads": threads, **request}
     if not in_this_process(kind, request["device"]):
-        return measure_in_fresh_process(job)
+        with competing_process(busy):
+            return measure_in_fresh_process(job)
     try:
-        return measure_request(job), os.getpid()
+        with competing_process(busy):
+            return measure_request(job), os.getpid()
     except Exception as error:  # noqa: BLE001 - reported and skipped, as a failed fresh process is
         raise _failed(job, f"{type(error).__name__}: {str(error)[-2000:]}") from error
     finally:
@@ -139,9 +165,15 @@ def measure_in_fresh_process(job: dict[str, Any]) -> tuple[Any, int]:
     return answer["value"], answer["pid"]
 
 
+#: What a mode's name gains when its job ran beside a busy process (:func:`competing_process`).
+BUSY = ", beside a busy process"
+
+
 def mode_of(job: dict[str, Any]) -> str:
-    """The measured call of a job: "train step", "forward+backward" or "forward"."""
-    return "train step" if job["kind"] == "model" else ("forward+backward" if job["backward"] else "forward")
+    """The measured call of a job: "train step", "forward+backward" or "forward", and :data:`BUSY`
+    when it ran beside a busy process."""
+    call = "train step" if job["kind"] == "model" else ("forward+backward" if job["backward"] else "forward")
+    return call + (BUSY if job.get("busy") else "")
 
 
 def measure_all(jobs: list[dict[str, Any]], rounds: int = 1) -> list[Measurement]:
@@ -162,7 +194,7 @@ def measure_all(jobs: list[dict[str, Any]], rounds: int = 1) -> list[Measurement
                 seconds, pid = measure_job("time", **job)
                 times[i].append(seconds)
                 pids[i].append(pid)
-                if round_index == 0:
+                if round_index == 0 and not job.get("busy"):  # the memory is the quiet twin's
                     peaks[i], pid = measure_job("memory", **job)
                     pids[i].append(pid)
                 tqdm.write(

@@ -11,7 +11,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from .processes import Measurement, time_ratio
+from .processes import BUSY, Measurement, time_ratio
 from .steps import ATTENTION_REFERENCE, MODEL_FLOOR, MODEL_REFERENCE
 
 
@@ -104,7 +104,8 @@ def onnx_table(
 
 
 def attention_table(measurements: list[Measurement]) -> list[dict[str, Any]]:
-    """One row per (method, n): times and memory, with ratios to SDPA (>1 = faster / smaller)."""
+    """One row per (method, n): times and memory, with ratios to SDPA (>1 = faster / smaller); with
+    --competing_process also the times beside a busy process and their ratio to the quiet times."""
     by_key = {(m.method, m.seq_len, m.mode): m for m in measurements}
     rows = []
     for method in dict.fromkeys(m.method for m in measurements):
@@ -119,6 +120,10 @@ def attention_table(measurements: list[Measurement]) -> list[dict[str, Any]]:
                 if ref is not None:
                     row[f"{tag}_speedup"] = round(time_ratio(ref, mine), 2)
                     row[f"{tag}_mem_ratio"] = round(ref.peak_mb / max(mine.peak_mb, 1e-3), 2)
+                busy = by_key.get((method, seq_len, mode + BUSY))
+                if busy is not None:  # --competing_process: the same call beside a busy process
+                    row[f"{tag}_busy_ms"] = round(busy.seconds * 1000, 1)
+                    row[f"{tag}_busy_slowdown"] = round(time_ratio(busy, mine), 2)
             rows.append(row)
     return rows
 
@@ -177,7 +182,8 @@ def plot(measurements: list[Measurement], path: Path, title: str) -> None:
             speed_ax.plot(ns, [n / m.seconds for n, m in points], marker="o", label=label)
         else:
             speed_ax.plot(ns, [m.seconds * 1000 for _, m in points], marker="o", label=label)
-        memory_ax.plot(ns, [m.peak_mb for _, m in points], marker="o", label=label)
+        if all(m.peak_mb > 0 for _, m in points):  # jobs beside a busy process take no memory measurement
+            memory_ax.plot(ns, [m.peak_mb for _, m in points], marker="o", label=label)
     training = any(m.mode == "train step" for m in measurements)
     speed_ax.set_ylabel("tokens / s" if training else "ms per call")
     memory_ax.set_ylabel("peak memory (MB)")
@@ -188,7 +194,7 @@ def plot(measurements: list[Measurement], path: Path, title: str) -> None:
         ax.set_xticks(seq_lens, [str(n) for n in seq_lens])
         ax.set_xlabel("sequence length n")
         ax.grid(True, which="both", alpha=0.3)
-    memory_ax.legend(fontsize=7)
+    speed_ax.legend(fontsize=7)  # every line: the memory panel has none for jobs beside a busy process
     fig.suptitle(textwrap.fill(title, 110), fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
