@@ -8,7 +8,7 @@ the tests caught and which survived. Exits 1 if any survived (or the unmutated t
     python scripts/mutation_check.py --slow            # also those only the slow tier can catch
 
 A developer tool (a run takes tens of minutes on 2 cores), not part of CI: run it on a module
-after changing it or its tests, and add a line to MUTATIONS (tests/mutations.py) for every promise
+after changing it or its tests, and add a line to MUTATIONS (tests/mutations/, a module per area) for every promise
 a new test guards.
 """
 

@@ -1,4 +1,4 @@
-"""tests/mutations.py's list can run: each mutation's text occurs exactly once in its file (else
+"""tests/mutations/'s list can run: each mutation's text occurs exactly once in its file (else
 the check stops there), and each names test files that exist."""
 
 import os

@@ -1,0 +1,30 @@
+"""The mutations that scripts/mutation_check.py runs: one-line bugs, each with the tests that must catch it,
+one module per area. Add one for every promise a new test guards (``tests/test_mutation_list.py`` checks
+each applies)."""
+
+from . import (
+    api_keywords,
+    bench_quality,
+    cli_docs_options,
+    data_flags,
+    methods,
+    model_training_flags,
+    serving,
+    tool_flags,
+    training,
+)
+from .base import Mutation
+
+__all__ = ["MUTATIONS", "Mutation"]
+
+MUTATIONS: list[Mutation] = [
+    *training.MUTATIONS,
+    *methods.MUTATIONS,
+    *model_training_flags.MUTATIONS,
+    *data_flags.MUTATIONS,
+    *tool_flags.MUTATIONS,
+    *serving.MUTATIONS,
+    *bench_quality.MUTATIONS,
+    *api_keywords.MUTATIONS,
+    *cli_docs_options.MUTATIONS,
+]
