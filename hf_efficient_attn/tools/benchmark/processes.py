@@ -103,14 +103,14 @@ def measure_job(
     """(value, pid): the time (``what`` "time") or peak memory ("memory") of one step (``kind``
     "attention": :func:`attention_step`, "model": :func:`model_step`; the kinds of :data:`TIMINGS`: their
     timings), in a fresh interpreter unless :func:`in_this_process`, so that no CPU measurement shares
-    memory, caches or compiled kernels with another. ``RuntimeError`` if the measurement fails."""
+    memory, caches or compiled kernels with another, and beside a busy process (:func:`competing_process`)
+    if ``busy``. ``RuntimeError`` if the measurement fails."""
     job = {"kind": kind, "measure": what, "repeats": repeats, "warmup": warmup, "threads": threads, **request}
     if not in_this_process(kind, request["device"]):
         with competing_process(busy):
             return measure_in_fresh_process(job)
-    try:
-        with competing_process(busy):
-            return measure_request(job), os.getpid()
+    try:  # CUDA steps: never beside a busy process (--competing_process is a CPU benchmark)
+        return measure_request(job), os.getpid()
     except Exception as error:  # noqa: BLE001 - reported and skipped, as a failed fresh process is
         raise _failed(job, f"{type(error).__name__}: {str(error)[-2000:]}") from error
     finally:
