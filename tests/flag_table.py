@@ -184,7 +184,7 @@ FLAG_TESTS: dict[str, dict[str, str]] = {
         "threads": TEST_FLAGS_BENCH_QUALITY + "test_attention_benchmark_flags_reach_each_call",
         "forward_only": TEST_FLAGS_BENCH_QUALITY + "test_forward_only_measures_no_backward",
         "competing_process": TEST_FLAGS_BENCH_QUALITY + "test_competing_process_times_each_call_again_beside_a_busy_process",
-        "glibc_malloc": TEST_FLAGS_BENCH_QUALITY + "test_model_benchmark_flags_reach_each_step",
+        "glibc_malloc": TEST_FLAGS_BENCH_QUALITY + "test_attention_benchmark_flags_reach_each_call",
         "output_dir": TEST_FLAGS_BENCH_QUALITY + "test_attention_benchmark_flags_reach_each_call",
     },
     "compare_methods": {

@@ -64,19 +64,20 @@ def test_training_scripts_keep_freed_memory_on_cpu(monkeypatch, tmp_path):
     assert calls == [1]
 
 
+@pytest.mark.parametrize("kind", ["model", "attention"])
 @pytest.mark.parametrize("glibc_malloc", [False, True])
-def test_model_benchmark_times_with_the_training_scripts_allocator(monkeypatch, glibc_malloc):
-    """The --model timing process keeps freed memory as the training scripts do, unless
-    --glibc_malloc; the memory process always returns freed memory (its peak would count it)."""
+def test_benchmark_times_with_the_training_scripts_allocator(monkeypatch, glibc_malloc, kind):
+    """The --model and attention timing processes keep freed memory as the training scripts do,
+    unless --glibc_malloc; the memory process always returns freed memory (its peak would count it)."""
     calls = []
     monkeypatch.setattr(processes, "keep_freed_memory", lambda: calls.append("keep"))
     monkeypatch.setattr(processes, "return_freed_memory", lambda: calls.append("return") or True)
+    sizes = dict(layers=1, vocab_size=64) if kind == "model" else dict(backward=False, heads=2, head_dim=8)
     job = dict(
-        kind="model",
+        kind=kind,
         method="vmean",
         seq_len=32,
-        layers=1,
-        vocab_size=64,
+        **sizes,
         threads=1,
         repeats=1,
         warmup=1,
@@ -90,7 +91,9 @@ def test_model_benchmark_times_with_the_training_scripts_allocator(monkeypatch, 
     assert calls == (["return"] if glibc_malloc else ["keep", "return"])
 
 
-def test_glibc_malloc_flag_is_for_the_model_benchmark_on_cpu():
-    with pytest.raises(ValueError, match="--glibc_malloc applies to --model on CPU only"):
-        cli.parse_args(["--glibc_malloc"])
+def test_glibc_malloc_flag_is_for_the_model_and_attention_benchmarks_on_cpu():
+    for other in (["--onnx"], ["--compile"], ["--mixed_lengths"]):
+        with pytest.raises(ValueError, match="--glibc_malloc applies to --model and the attention benchmark on CPU only"):
+            cli.parse_args([*other, "--glibc_malloc"])
     assert cli.parse_args(["--model", "--glibc_malloc", "--device", "cpu"]).glibc_malloc
+    assert cli.parse_args(["--glibc_malloc"]).glibc_malloc

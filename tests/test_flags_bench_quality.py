@@ -87,6 +87,7 @@ def test_attention_benchmark_flags_reach_each_call(measured, tmp_path):
             "2",
             "--threads",
             "3",
+            "--glibc_malloc",
             "--output_dir",
             str(tmp_path),
         ]
@@ -102,11 +103,13 @@ def test_attention_benchmark_flags_reach_each_call(measured, tmp_path):
     assert set(measured.threads) == {3} and not measured.kept
     assert {p.name for p in tmp_path.iterdir()} == {f"attention.{e}" for e in ("md", "csv", "json", "png")}
     assert "batch 3, 5 heads, head_dim 16" in (tmp_path / "attention.md").read_text()
+    assert "glibc's default malloc" in (tmp_path / "attention.md").read_text()
 
 
 def test_forward_only_measures_no_backward(measured, tmp_path):
     bench_cli.main(["--methods", "mra2", "--seq_lens", "32", "--forward_only", "--output_dir", str(tmp_path)])
     assert {s["backward"] for s in measured.steps} == {False} and len(measured.timed) == 2
+    assert len(measured.kept) == 2  # each timing process keeps freed memory (no --glibc_malloc), none measuring memory
 
 
 def test_device_cuda_reaches_the_steps_and_their_timing(measured, tmp_path, monkeypatch):

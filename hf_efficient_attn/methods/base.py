@@ -250,8 +250,15 @@ def pad_to_length(x: torch.Tensor, length: int, dim: int, value: float = 0.0) ->
     """``x`` padded with ``value`` at the end of ``dim`` to ``length``."""
     if x.shape[dim] == length:  # eager only for a sequence length: MRA's traced lengths always differ (padded_blocks)
         return x
-    pad = [0, 0] * (x.dim() - dim % x.dim() - 1) + [0, length - x.shape[dim]]
-    return nn.functional.pad(x, pad, value=value)
+    if is_tracing():  # one Pad node in exported graphs
+        pad = [0, 0] * (x.dim() - dim % x.dim() - 1) + [0, length - x.shape[dim]]
+        return nn.functional.pad(x, pad, value=value)
+    # Eager: ``pad`` fills the whole output before copying x in; fill the tail only.
+    dim %= x.dim()
+    padded = x.new_empty(*x.shape[:dim], length, *x.shape[dim:][1:])
+    padded.narrow(dim, 0, x.shape[dim]).copy_(x)
+    padded.narrow(dim, x.shape[dim], length - x.shape[dim]).fill_(value)
+    return padded
 
 
 def compute_dtype(x: torch.Tensor) -> torch.dtype:

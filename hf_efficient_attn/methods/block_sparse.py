@@ -44,8 +44,6 @@ class Chunk(NamedTuple):
 class BlockPlan(NamedTuple):
     chunks: list[Chunk]
     empty_rows: torch.Tensor  # ids of row blocks without a partner
-    heads: int
-    blocks: int  # nb, blocks per sequence
 
 
 def plan_blocks(selected: torch.Tensor, chunk_blocks: int) -> BlockPlan:
@@ -69,31 +67,40 @@ def plan_blocks(selected: torch.Tensor, chunk_blocks: int) -> BlockPlan:
         partners = partner_of_pair[first_pair[group, None] + torch.arange(count, device=selected.device)]
         step = max(1, chunk_blocks // count)
         chunks += [Chunk(count, group[i : i + step], partners[i : i + step].reshape(-1)) for i in range(0, size, step)]
-    return BlockPlan(chunks, empty, selected.shape[1], nb)
+    return BlockPlan(chunks, empty)
 
 
-def _padded_keys(key_real: torch.Tensor | None, block_size: int) -> torch.Tensor | None:
-    """(B * nb, b) True for padded keys, or None when no key is padded (then no masking at all)."""
-    if key_real is None or bool(key_real.all()):  # host read: inside the operators only
+class KeyPadding(NamedTuple):
+    """The padded keys of a call, found once (a host read: inside the operators only)."""
+
+    padded: torch.Tensor  # (P, b) True for padded keys, per partial block
+    block_slot: torch.Tensor  # (B * H * nb,) index of each key block in ``padded``, -1 for blocks without
+
+
+def find_key_padding(key_real: torch.Tensor | None, heads: int, block_size: int) -> KeyPadding | None:
+    """The key blocks (ids (batch, head, y)) that hold a padded key, and which of their keys, or None
+    when no key is padded (then no masking at all). Padding-only blocks are never selected, so these
+    are the few blocks that end a sequence: a length that is not a multiple of the block size pays a
+    pass over their scores only, not over every group's."""
+    if key_real is None or bool(key_real.all()):
         return None
-    return ~key_real.reshape(-1, block_size)
+    padded = ~key_real.reshape(key_real.shape[0], 1, -1, block_size).expand(-1, heads, -1, -1).reshape(-1, block_size)
+    partial = padded.any(-1)
+    block_slot = partial.cumsum(0).sub_(1).masked_fill_(~partial, -1)
+    return KeyPadding(padded[partial], block_slot)
 
 
-def _mask_padded_keys(
-    scores: torch.Tensor, key_padding: torch.Tensor | None, plan: BlockPlan, keys: torch.Tensor, key_dim: int
-) -> None:
-    """Set to -inf, in place, the scores of the padded keys of key blocks ``keys`` (ids (batch, head, y)):
-    ``scores`` viewed as (len(keys), ...) holds each block's b keys along ``key_dim`` (1 or 2). Only
-    the blocks holding a padded key are touched (found by a host read): padding-only blocks are never
-    selected, so these are the few blocks that end a sequence, and a length that is not a multiple of
-    the block size costs a pass over their scores, not over the whole chunk's."""
+def _mask_padded_keys(scores: torch.Tensor, key_padding: KeyPadding | None, keys: torch.Tensor, key_dim: int) -> None:
+    """Set to -inf, in place, the scores of the padded keys of key blocks ``keys``: ``scores`` viewed
+    as (len(keys), ...) holds each block's b keys along ``key_dim`` (1 or 2)."""
     if key_padding is None:
         return
-    padding = key_padding.index_select(0, keys // (plan.heads * plan.blocks) * plan.blocks + keys % plan.blocks)
-    partial = padding.any(-1).nonzero().squeeze(-1)
+    slots = key_padding.block_slot.index_select(0, keys)
+    partial = (slots >= 0).nonzero().squeeze(-1)
     if partial.numel():
+        padded = key_padding.padded.index_select(0, slots.index_select(0, partial))
         blocks = scores.view(len(keys), -1, scores.shape[-1]) if key_dim == 1 else scores
-        blocks[partial] = blocks[partial].masked_fill(padding[partial].unsqueeze(3 - key_dim), -math.inf)
+        blocks[partial] = blocks[partial].masked_fill(padded.unsqueeze(3 - key_dim), -math.inf)
 
 
 # The custom operators' arguments: q, k, v are blocks (B, H, nb, b, d), viewed inside as (R, b, d)
@@ -118,7 +125,7 @@ def block_sparse_forward(
     plan = plan_blocks(selected, chunk_size_for(q.device))
     q, k, v = (t.reshape(-1, *shape[-2:]) for t in (q, k, v))
     rows, b, d = q.shape
-    key_padding = _padded_keys(key_real, b)
+    key_padding = find_key_padding(key_real, shape[1], b)
     if extra_score is not None:
         extra_value, extra_score = extra_value.reshape(rows, d), extra_score.reshape(rows)
     out = q.new_empty(rows, b, d)
@@ -131,7 +138,7 @@ def block_sparse_forward(
         scores = torch.baddbmm(
             no_bias, k.index_select(0, keys).view(g, c * b, d), q.index_select(0, queries).transpose(1, 2), beta=0, alpha=scaling
         )
-        _mask_padded_keys(scores, key_padding, plan, keys, key_dim=1)
+        _mask_padded_keys(scores, key_padding, keys, key_dim=1)
         row_max = scores.amax(1)  # finite: every selected block holds a real key
         if extra_score is not None:
             extra = extra_score.index_select(0, queries)[:, None]
@@ -180,7 +187,7 @@ def block_sparse_backward(
     shape = q.shape
     q, k, v = (t.reshape(-1, *shape[-2:]) for t in (q, k, v))
     rows, b, d = q.shape
-    key_padding = _padded_keys(key_real, b)
+    key_padding = find_key_padding(key_real, shape[1], b)
     grad_out, out, lse = grad_out.contiguous().view(q.shape), out.view(q.shape), lse.view(rows, b)
     delta = torch.bmm(grad_out.view(-1, 1, d), out.view(-1, d, 1)).view(rows, b)  # rowsum(dO * O)
     neg_lse, neg_scaled_delta = -lse, delta * -scaling
@@ -198,7 +205,7 @@ def block_sparse_backward(
         k_block, v_block = k.index_select(0, keys), v.index_select(0, keys)
         # P = exp(scaling * Q K^T - lse), (G, c * b, b); the scaling rides on the bmm (alpha).
         scores = torch.baddbmm(neg_lse.index_select(0, queries).view(g, c * b, 1), q_rows, k_block.transpose(1, 2), alpha=scaling)
-        _mask_padded_keys(scores, key_padding, plan, keys, key_dim=2)
+        _mask_padded_keys(scores, key_padding, keys, key_dim=2)
         probs = scores.exp_()
         grad_v.index_copy_(0, keys, torch.bmm(probs.transpose(1, 2), d_out))
         # scaling * dS = scaling * P * (dP - delta), dP = dO V^T: dK = (scaling dS)^T Q, dQ = (scaling dS) K.

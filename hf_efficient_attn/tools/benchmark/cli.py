@@ -51,11 +51,20 @@ def _setting(args: BenchmarkArguments) -> str:
     return f"{where}, {args.dtype}, torch {torch.__version__}{options}"
 
 
+def _malloc(args: BenchmarkArguments) -> str:
+    """How the CPU timing processes of the attention and model benchmarks set glibc's malloc."""
+    if args.device != "cpu":
+        return ""
+    return ", glibc's default malloc" if args.glibc_malloc else ", malloc keeping freed memory"
+
+
 def run(args: BenchmarkArguments) -> list[dict[str, Any]]:
     """Run the benchmark that ``args`` asks for; write and return its table."""
     common = dict(
         batch=args.batch, device=args.device, dtype=args.dtype, repeats=args.repeats, warmup=args.warmup, threads=args.threads
     )
+    if args.glibc_malloc:  # the attention and model steps (KEEPS_FREED_MEMORY); refused for the others
+        common["glibc_malloc"] = True
     out = Path(args.output_dir)
 
     def job(method: str, **values: Any) -> dict[str, Any]:
@@ -103,17 +112,15 @@ def run(args: BenchmarkArguments) -> list[dict[str, Any]]:
         (out / f"{kind}.json").write_text(json.dumps({"title": title, "rows": rows, "rounds": results}, indent=1))
     elif args.model:
         jobs = [
-            job(m, kind="model", seq_len=n, layers=args.layers, vocab_size=args.vocab_size, glibc_malloc=args.glibc_malloc)
+            job(m, kind="model", seq_len=n, layers=args.layers, vocab_size=args.vocab_size)
             for n in args.seq_lens
             for m in args.measured
         ]
         measurements = measure_all(jobs, args.rounds)
         rows = model_step_table(measurements, args.batch)
-        malloc = "glibc's default malloc" if args.glibc_malloc else "malloc keeping freed memory"
         title = (
             f"Training step (MLM forward + backward + AdamW) of a roberta-base-width encoder, {args.layers} "
-            f"layer(s), vocabulary {args.vocab_size}, batch {args.batch}; {_setting(args)}"
-            + (f", {malloc}" if args.device == "cpu" else "")
+            f"layer(s), vocabulary {args.vocab_size}, batch {args.batch}; {_setting(args)}{_malloc(args)}"
         )
         write_outputs(rows, measurements, out, "model_step", title)
     else:
@@ -128,7 +135,9 @@ def run(args: BenchmarkArguments) -> list[dict[str, Any]]:
         ]
         measurements = measure_all(jobs, args.rounds)
         rows = attention_table(measurements)
-        title = f"Attention call, batch {args.batch}, {args.heads} heads, head_dim {args.head_dim}; {_setting(args)}"
+        title = (
+            f"Attention call, batch {args.batch}, {args.heads} heads, head_dim {args.head_dim}; {_setting(args)}{_malloc(args)}"
+        )
         if args.competing_process:
             title += "; busy: beside one process spinning on a core"
         write_outputs(rows, measurements, out, "attention", title)
@@ -257,8 +266,8 @@ class BenchmarkArguments:
     glibc_malloc: bool = field(
         default=False,
         metadata={
-            "help": "--model on CPU: time with glibc's default malloc, which returns freed memory to the "
-            "system, instead of keeping it for reuse as the training scripts do."
+            "help": "--model and the attention benchmark on CPU: time with glibc's default malloc, which returns "
+            "freed memory to the system, instead of keeping it for reuse as the training scripts do."
         },
     )
     output_dir: str = field(default="outputs/benchmark", metadata={"help": "Folder for the tables and plots."})
@@ -277,10 +286,8 @@ class BenchmarkArguments:
             raise ValueError("--competing_process applies to the attention benchmark on CPU only")
         check_flag_choice("device", self.device, ["cpu", "cuda"])
         check_flag_choice("dtype", self.dtype, list(DTYPES))
-        if self.glibc_malloc and not (self.model and self.device == "cpu"):
-            raise ValueError(
-                "--glibc_malloc applies to --model on CPU only (the attention benchmark always uses glibc's defaults)"
-            )
+        if self.glibc_malloc and (self.compile or self.onnx or self.mixed_lengths or self.device != "cpu"):
+            raise ValueError("--glibc_malloc applies to --model and the attention benchmark on CPU only")
         if self.device == "cuda" and not torch.cuda.is_available():
             raise ValueError("--device cuda: no CUDA device is available; use --device cpu")
         if self.onnx and (self.device, self.dtype) != ("cpu", "fp32"):

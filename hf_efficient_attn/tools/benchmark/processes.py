@@ -20,6 +20,11 @@ from ...utils.cpu_allocator import keep_freed_memory, return_freed_memory
 from .steps import attention_step, compile_timings, mixed_length_timings, model_step, onnx_timings
 from .timing import call_peak_mb, median_seconds
 
+#: The benchmarks whose CPU timing processes keep freed memory, as the training scripts do (unless
+#: ``--glibc_malloc``): glibc's default returns large freed blocks to the system, so every call faults
+#: its fresh pages in again, and how many depends on the process's history of allocations, not on the
+#: method (docs/benchmarks.md).
+KEEPS_FREED_MEMORY = ("attention", "model")
 #: The benchmarks whose process returns several timings, and the function that takes them.
 TIMINGS = {"compile": compile_timings, "onnx": onnx_timings, "mixed_lengths": mixed_length_timings}
 
@@ -52,7 +57,7 @@ def measure_request(request: dict[str, Any]) -> float | dict[str, float]:
     glibc_malloc = request.pop("glibc_malloc", False)
     if request["device"] == "cpu" and what == "memory" and not return_freed_memory():
         print("not glibc: CPU peak memory includes memory kept by the allocator", file=sys.stderr)
-    elif request["device"] == "cpu" and what == "time" and kind == "model" and not glibc_malloc:
+    elif request["device"] == "cpu" and what == "time" and kind in KEEPS_FREED_MEMORY and not glibc_malloc:
         keep_freed_memory()  # as the training scripts do
     if threads:
         torch.set_num_threads(threads)
