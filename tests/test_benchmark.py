@@ -51,7 +51,7 @@ from hf_efficient_attn.utils.cli_errors import run_cli
         (["--model", "--int8"], "--int8 applies to --onnx only"),
         (["--compile", "--forward_only"], "--forward_only"),
         (["--onnx", "--glibc_malloc"], "--glibc_malloc applies to --model and the attention benchmark on CPU only"),
-        (["--model", "--competing_process"], "--competing_process applies to the attention benchmark on CPU only"),
+        (["--model", "--competing_process"], "--competing_process applies to the attention benchmark and --onnx on CPU only"),
         (["--out_dir", "x"], r"unknown flag --out_dir \(did you mean --output_dir\?\)"),
         (["--methods", "mra2:block_per_row=2"], "unknown method 'mra2:block_per_row=2'"),  # the old spelling is gone
     ],

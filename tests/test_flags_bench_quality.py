@@ -286,6 +286,40 @@ def test_onnx_benchmark_without_int8_times_fp32_only(measured, tmp_path):
     assert not any(key.startswith("int8") for row in rows for key in row)
 
 
+def test_competing_process_times_each_onnx_job_again_beside_a_busy_process(measured, tmp_path, monkeypatch):
+    """--onnx --competing_process: each model's process runs a second time beside a busy process; its
+    row gives the busy times and their ratio to the quiet ones (median of per-round ratios), and the
+    speed-up over SDPA and the floor stay those of the quiet runs."""
+    busy_now, runs = [False], []
+
+    @contextlib.contextmanager
+    def competing(active):
+        busy_now[0] = active
+        yield None
+        busy_now[0] = False
+
+    monkeypatch.setattr(processes, "competing_process", competing)
+    quiet = {"sdpa": (0.8, 0.4), "vmean": (0.1, 0.1), "mra2": (0.2, 0.4)}  # onnxruntime_s per round
+    slowdown = {"sdpa": (1.5, 1.5), "vmean": (2.0, 2.0), "mra2": (3.0, 1.0)}
+    for method in quiet:
+        measured.seconds[method, 40] = [
+            dict(eager_s=1.0, onnxruntime_s=quiet[method][r] * (slowdown[method][r] if busy else 1))
+            for r in range(2)
+            for busy in (False, True)
+        ]
+    original = processes.measure_request
+    monkeypatch.setattr(processes, "measure_request", lambda job: runs.append(busy_now[0]) or original(job))
+    argv = ["--onnx", "--methods", "mra2", "--seq_lens", "40", "--rounds", "2", "--output_dir", str(tmp_path)]
+    bench_cli.main([*argv, "--competing_process"])
+    assert runs == [False, True] * 6  # three models, quiet then busy, two rounds
+    rows = {r["method"]: r for r in json.loads((tmp_path / "onnx.json").read_text())["rows"]}
+    assert list(rows) == ["sdpa", "vmean", "mra2"]
+    assert rows["mra2"]["onnxruntime_busy_ms"] == 500.0 and rows["mra2"]["onnxruntime_busy_slowdown"] == 2.0
+    assert rows["sdpa"]["onnxruntime_busy_slowdown"] == 1.5 and rows["vmean"]["onnxruntime_busy_slowdown"] == 2.0
+    assert rows["mra2"]["onnxruntime_speedup_vs_sdpa"] == 2.5 and rows["mra2"]["onnxruntime_over_vmean_floor"] == "+200%"
+    assert "busy: beside one process spinning on a core" in (tmp_path / "onnx.md").read_text()
+
+
 # ------------------------------------------------------------------------------------- quality
 
 

@@ -210,6 +210,20 @@ MUTATIONS: list[Mutation] = [
         "the attention benchmark times with glibc's defaults",
     ),
     Mutation(
+        P + "tools/benchmark/report.py",
+        'row[f"{tag}_busy_slowdown"] = round(_median_ratio(beside_busy, key, rounds, key), 2)',
+        'row[f"{tag}_busy_slowdown"] = round(_median(beside_busy, key) / _median(rounds, key), 2)',
+        (T + "test_flags_bench_quality.py::-k competing_process_times_each_onnx_job",),
+        "ONNX slowdown beside a busy process: a ratio of medians, not the median of per-round ratios",
+    ),
+    Mutation(
+        P + "tools/benchmark/report.py",
+        'quiet = {(job["method"], job["seq_len"]): rounds for job, rounds in measured if not job.get("busy")}',
+        'quiet = {(job["method"], job["seq_len"]): rounds for job, rounds in measured}',
+        (T + "test_flags_bench_quality.py::-k competing_process_times_each_onnx_job",),
+        "ONNX speed-ups computed against the references' runs beside a busy process",
+    ),
+    Mutation(
         P + "tools/benchmark/cli.py",
         "out = Path(args.output_dir)",
         'out = Path("outputs/benchmark")',
@@ -218,8 +232,8 @@ MUTATIONS: list[Mutation] = [
     ),
     Mutation(
         P + "tools/benchmark/report.py",
-        "_median_ratio(reference[n], key, rounds, key)",
-        "_median_ratio(rounds, key, reference[n], key)",
+        "_median_ratio(reference, key, rounds, key)",
+        "_median_ratio(rounds, key, reference, key)",
         (T + "test_flags_bench_quality.py::-k onnx_benchmark_flags",),
         "ONNX Runtime's speed-up over SDPA the wrong way round",
     ),

@@ -62,8 +62,8 @@ MUTATIONS: list[Mutation] = [
     ),
     Mutation(
         P + "tools/benchmark/report.py",
-        'f"{(_median_ratio(rounds, key, floor[n], key) - 1) * 100:+.0f}%"',
-        'f"{(_median_ratio(floor[n], key, rounds, key) - 1) * 100:+.0f}%"',
+        'f"{(_median_ratio(rounds, key, floor, key) - 1) * 100:+.0f}%"',
+        'f"{(_median_ratio(floor, key, rounds, key) - 1) * 100:+.0f}%"',
         (T + "test_flags_bench_quality.py::-k onnx_benchmark_flags",),
         "the ONNX floor ratio inverted",
     ),

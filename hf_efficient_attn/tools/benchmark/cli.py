@@ -51,6 +51,9 @@ def _setting(args: BenchmarkArguments) -> str:
     return f"{where}, {args.dtype}, torch {torch.__version__}{options}"
 
 
+BUSY_TITLE = "; busy: beside one process spinning on a core"
+
+
 def _malloc(args: BenchmarkArguments) -> str:
     """How the CPU timing processes of the attention and model benchmarks set glibc's malloc."""
     if args.device != "cpu":
@@ -66,6 +69,7 @@ def run(args: BenchmarkArguments) -> list[dict[str, Any]]:
     if args.glibc_malloc:  # the attention and model steps (KEEPS_FREED_MEMORY); refused for the others
         common["glibc_malloc"] = True
     out = Path(args.output_dir)
+    beside_busy = [False, True] if args.competing_process else [False]  # attention and --onnx only
 
     def job(method: str, **values: Any) -> dict[str, Any]:
         return dict(method=method, options=args.method_configs.get(method, {}), **values, **common)
@@ -77,9 +81,10 @@ def run(args: BenchmarkArguments) -> list[dict[str, Any]]:
                  else {"int8": args.int8})  # fmt: skip
         seq_lens = [max(args.seq_lens)] if args.mixed_lengths else args.seq_lens
         jobs = [
-            job(m, kind=kind, seq_len=n, layers=args.layers, vocab_size=args.vocab_size, **extra)
+            job(m, kind=kind, seq_len=n, layers=args.layers, vocab_size=args.vocab_size, busy=busy, **extra)
             for n in seq_lens
             for m in args.measured
+            for busy in beside_busy
         ]
         results, skipped = measure_timings(jobs, args.rounds)
         if args.onnx:  # a failed job keeps its row, with the reason (SDPA's scores past the memory)
@@ -90,6 +95,7 @@ def run(args: BenchmarkArguments) -> list[dict[str, Any]]:
                 f"{args.layers} layer(s), batch {args.batch}"
                 + (", fp32 and int8 (dynamic quantization, as export_onnx.py --int8)" if args.int8 else "")
                 + f"; {_setting(args)}"
+                + (BUSY_TITLE if args.competing_process else "")
             )
         measured = [(j, r) for i, (j, r) in enumerate(zip(jobs, results)) if i not in skipped]  # failed: skipped
         jobs, results = [j for j, _ in measured], [r for _, r in measured]
@@ -125,7 +131,6 @@ def run(args: BenchmarkArguments) -> list[dict[str, Any]]:
         write_outputs(rows, measurements, out, "model_step", title)
     else:
         modes = [False] if args.forward_only else [False, True]
-        beside_busy = [False, True] if args.competing_process else [False]
         jobs = [
             job(m, kind="attention", seq_len=n, backward=b, busy=busy, heads=args.heads, head_dim=args.head_dim)
             for m in args.measured
@@ -139,7 +144,7 @@ def run(args: BenchmarkArguments) -> list[dict[str, Any]]:
             f"Attention call, batch {args.batch}, {args.heads} heads, head_dim {args.head_dim}; {_setting(args)}{_malloc(args)}"
         )
         if args.competing_process:
-            title += "; busy: beside one process spinning on a core"
+            title += BUSY_TITLE
         write_outputs(rows, measurements, out, "attention", title)
     print(markdown(rows))
     return rows
@@ -259,8 +264,9 @@ class BenchmarkArguments:
     competing_process: bool = field(
         default=False,
         metadata={
-            "help": "Attention benchmark on CPU only: time every call a second time beside one busy process "
-            "(an interpreter spinning on a core, as on a shared machine) and report the slowdown."
+            "help": "The attention benchmark and --onnx, on CPU: time every call a second time, in a process "
+            "started beside one busy process (an interpreter spinning on a core, as on a shared machine), and "
+            "report the slowdown."
         },
     )
     glibc_malloc: bool = field(
@@ -282,8 +288,8 @@ class BenchmarkArguments:
             raise ValueError("--int8 applies to --onnx only")
         if whole_model and self.forward_only:
             raise ValueError("--forward_only applies to the attention benchmark only")
-        if self.competing_process and (whole_model or self.device != "cpu"):
-            raise ValueError("--competing_process applies to the attention benchmark on CPU only")
+        if self.competing_process and (self.model or self.compile or self.mixed_lengths or self.device != "cpu"):
+            raise ValueError("--competing_process applies to the attention benchmark and --onnx on CPU only")
         check_flag_choice("device", self.device, ["cpu", "cuda"])
         check_flag_choice("dtype", self.dtype, list(DTYPES))
         if self.glibc_malloc and (self.compile or self.onnx or self.mixed_lengths or self.device != "cpu"):

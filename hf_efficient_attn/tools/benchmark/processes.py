@@ -246,6 +246,7 @@ def measure_timings(jobs: list[dict[str, Any]], rounds: int = 1) -> tuple[list[l
                 tqdm.write(
                     f"{job['method']:24s} n={job['seq_len']:6d} round {round_index + 1}: "
                     + ", ".join(f"{key} {value:.4g}" for key, value in timings.items())
+                    + (BUSY if job.get("busy") else "")
                 )
             except RuntimeError as error:
                 failed[i] = skip_reason(error)

@@ -69,20 +69,22 @@ def mixed_lengths_table(jobs: list[dict[str, Any]], results: list[list[dict[str,
 def onnx_table(
     jobs: list[dict[str, Any]], results: list[list[dict[str, float]]], skipped: dict[int, str] | None = None
 ) -> list[dict[str, Any]]:
-    """One row per job: eager and ONNX Runtime times (fp32, and int8 where measured), ONNX Runtime's
-    speed-up over the SDPA model served the same way (>1 = faster) and its time over the vmean floor
-    model's (+10% = 1.1x the floor's), each a median of per-round ratios. A job in ``skipped`` (by
-    index: its reason) keeps its row with the reason, e.g. SDPA's scores too large for the memory."""
+    """One row per job measured quiet: eager and ONNX Runtime times (fp32, and int8 where measured),
+    ONNX Runtime's speed-up over the SDPA model served the same way (>1 = faster) and its time over
+    the vmean floor model's (+10% = 1.1x the floor's), each a median of per-round ratios; with the
+    job's twin measured beside a busy process (--competing_process), also its times and their ratio
+    to the quiet ones. A job in ``skipped`` (by index: its reason) keeps its row with the reason, e.g.
+    SDPA's scores too large for the memory."""
     skipped = skipped or {}
-
-    def rounds_of(method: str) -> dict[int, list[dict[str, float]]]:
-        return {job["seq_len"]: rounds for i, (job, rounds) in enumerate(zip(jobs, results))
-                if job["method"] == method and i not in skipped}  # fmt: skip
-
-    reference, floor = rounds_of(MODEL_REFERENCE), rounds_of(MODEL_FLOOR)
+    measured = [(job, rounds) for i, (job, rounds) in enumerate(zip(jobs, results)) if i not in skipped]
+    quiet = {(job["method"], job["seq_len"]): rounds for job, rounds in measured if not job.get("busy")}
+    busy = {(job["method"], job["seq_len"]): rounds for job, rounds in measured if job.get("busy")}
     rows = []
     for i, (job, rounds) in enumerate(zip(jobs, results)):
+        if job.get("busy"):  # reported in its quiet twin's row
+            continue
         n = job["seq_len"]
+        reference, floor = quiet.get((MODEL_REFERENCE, n)), quiet.get((MODEL_FLOOR, n))
         row: dict[str, Any] = {"method": job["method"], "n": n}
         if i in skipped:
             rows.append({**row, "skipped": skipped[i]})
@@ -92,10 +94,14 @@ def onnx_table(
             if key not in rounds[0]:
                 continue
             row[f"{tag}_ms"] = round(_median(rounds, key) * 1000, 1)
-            if n in reference:
-                row[f"{tag}_speedup_vs_sdpa"] = round(_median_ratio(reference[n], key, rounds, key), 2)
-            if n in floor:
-                row[f"{tag}_over_vmean_floor"] = f"{(_median_ratio(rounds, key, floor[n], key) - 1) * 100:+.0f}%"
+            if reference:
+                row[f"{tag}_speedup_vs_sdpa"] = round(_median_ratio(reference, key, rounds, key), 2)
+            if floor:
+                row[f"{tag}_over_vmean_floor"] = f"{(_median_ratio(rounds, key, floor, key) - 1) * 100:+.0f}%"
+            beside_busy = busy.get((job["method"], n))
+            if beside_busy:
+                row[f"{tag}_busy_ms"] = round(_median(beside_busy, key) * 1000, 1)
+                row[f"{tag}_busy_slowdown"] = round(_median_ratio(beside_busy, key, rounds, key), 2)
         rows.append(row)
     return rows
 
