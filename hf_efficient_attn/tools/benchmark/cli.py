@@ -158,6 +158,7 @@ examples:
   python scripts/benchmark.py --model --device cuda --dtype bf16 --methods mra2 --attn_config '{"mra2": {"backend": "flex"}}'
   python scripts/benchmark.py --compile --methods mra2,nystromformer --seq_lens 1024
   python scripts/benchmark.py --onnx --methods mra2 --int8
+  python scripts/benchmark.py --onnx --methods mra2 --seq_lens 4096 --threads 2 --competing_process
   python scripts/benchmark.py --mixed_lengths --methods mra2   # padded vs packed, softmax beside
 """
 
