@@ -286,19 +286,26 @@ def test_onnx_benchmark_without_int8_times_fp32_only(measured, tmp_path):
     assert not any(key.startswith("int8") for row in rows for key in row)
 
 
-def test_competing_process_times_each_onnx_job_again_beside_a_busy_process(measured, tmp_path, monkeypatch):
-    """--onnx --competing_process: each model's process runs a second time beside a busy process; its
-    row gives the busy times and their ratio to the quiet ones (median of per-round ratios), and the
-    speed-up over SDPA and the floor stay those of the quiet runs."""
-    busy_now, runs = [False], []
+@pytest.fixture
+def busy_now(monkeypatch):
+    """``[bool]``: whether the (faked) busy process of --competing_process is running now."""
+    now = [False]
 
     @contextlib.contextmanager
     def competing(active):
-        busy_now[0] = active
+        now[0] = active
         yield None
-        busy_now[0] = False
+        now[0] = False
 
     monkeypatch.setattr(processes, "competing_process", competing)
+    return now
+
+
+def test_competing_process_times_each_onnx_job_again_beside_a_busy_process(measured, busy_now, tmp_path, monkeypatch):
+    """--onnx --competing_process: each model's process runs a second time beside a busy process; its
+    row gives the busy times and their ratio to the quiet ones (median of per-round ratios), and the
+    speed-up over SDPA and the floor stay those of the quiet runs."""
+    runs = []
     quiet = {"sdpa": (0.8, 0.4), "vmean": (0.1, 0.1), "mra2": (0.2, 0.4)}  # onnxruntime_s per round
     slowdown = {"sdpa": (1.5, 1.5), "vmean": (2.0, 2.0), "mra2": (3.0, 1.0)}
     for method in quiet:
@@ -457,18 +464,10 @@ def test_quality_errors_on_by_default_and_embeddings_off(study):
     assert study.evaluated[0]["repeats"] == 3 and study.articles == [(16, 4)] and study.threads == [2]
 
 
-def test_competing_process_times_each_call_again_beside_a_busy_process(measured, tmp_path, monkeypatch):
+def test_competing_process_times_each_call_again_beside_a_busy_process(measured, busy_now, tmp_path, monkeypatch):
     """--competing_process: every call is timed quiet and beside a busy process (memory once, quiet);
     the table gives the busy time and its ratio to the quiet one."""
-    busy_now, timed_busy = [False], []
-
-    @contextlib.contextmanager
-    def competing(active):
-        busy_now[0] = active
-        yield None
-        busy_now[0] = False
-
-    monkeypatch.setattr(processes, "competing_process", competing)
+    timed_busy = []
     monkeypatch.setattr(
         processes,
         "median_seconds",
