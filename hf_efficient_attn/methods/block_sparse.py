@@ -9,6 +9,7 @@ compiles and exports: docs/methods/mra.md ("Backends", "Compilation and export")
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from typing import NamedTuple
@@ -70,37 +71,44 @@ def plan_blocks(selected: torch.Tensor, chunk_blocks: int) -> BlockPlan:
     return BlockPlan(chunks, empty)
 
 
-class KeyPadding(NamedTuple):
-    """The padded keys of a call, found once (a host read: inside the operators only)."""
-
-    padded: torch.Tensor  # (P, b) True for padded keys, per partial block
-    block_slot: torch.Tensor  # (B * H * nb,) index of each key block in ``padded``, -1 for blocks without
-
-
-def find_key_padding(key_real: torch.Tensor | None, heads: int, block_size: int) -> KeyPadding | None:
-    """The key blocks (ids (batch, head, y)) that hold a padded key, and which of their keys, or None
-    when no key is padded (then no masking at all). Padding-only blocks are never selected, so these
-    are the few blocks that end a sequence: a length that is not a multiple of the block size pays a
-    pass over their scores only, not over every group's."""
+def find_padded_keys(key_real: torch.Tensor | None, heads: int, block_size: int) -> torch.Tensor | None:
+    """bool (B * H * nb, b), True for the padded keys of each key block (ids (batch, head, y)), or
+    None when no key is padded (then no masking at all)."""
     if key_real is None or bool(key_real.all()):
         return None
-    padded = ~key_real.reshape(key_real.shape[0], 1, -1, block_size).expand(-1, heads, -1, -1).reshape(-1, block_size)
-    partial = padded.any(-1)
-    block_slot = partial.cumsum(0).sub_(1).masked_fill_(~partial, -1)
-    return KeyPadding(padded[partial], block_slot)
+    return ~key_real.reshape(key_real.shape[0], 1, -1, block_size).expand(-1, heads, -1, -1).reshape(-1, block_size)
 
 
-def _mask_padded_keys(scores: torch.Tensor, key_padding: KeyPadding | None, keys: torch.Tensor, key_dim: int) -> None:
-    """Set to -inf, in place, the scores of the padded keys of key blocks ``keys``: ``scores`` viewed
-    as (len(keys), ...) holds each block's b keys along ``key_dim`` (1 or 2)."""
-    if key_padding is None:
-        return
-    slots = key_padding.block_slot.index_select(0, keys)
-    partial = (slots >= 0).nonzero().squeeze(-1)
-    if partial.numel():
-        padded = key_padding.padded.index_select(0, slots.index_select(0, partial))
-        blocks = scores.view(len(keys), -1, scores.shape[-1]) if key_dim == 1 else scores
-        blocks[partial] = blocks[partial].masked_fill(padded.unsqueeze(3 - key_dim), -math.inf)
+class KeyMask(NamedTuple):
+    """The padded keys of one chunk: key block ``blocks[i]`` (a position in the chunk's list of key
+    blocks) has padded key ``keys[i]`` (its offset in the block)."""
+
+    blocks: torch.Tensor
+    keys: torch.Tensor
+
+
+def chunk_key_masks(key_blocks: list[torch.Tensor], padded_keys: torch.Tensor | None) -> list[KeyMask | None]:
+    """For each chunk's key block ids, its padded keys (None: none). Found for all chunks at once,
+    with one host read: padding-only blocks are never selected, so the few blocks that end a
+    sequence are the only ones with padded keys, and a chunk without them pays nothing."""
+    if padded_keys is None or not key_blocks:
+        return [None] * len(key_blocks)
+    blocks = torch.cat(key_blocks)
+    partial = padded_keys.any(-1).index_select(0, blocks).nonzero().squeeze(-1)
+    which, key = padded_keys.index_select(0, blocks.index_select(0, partial)).nonzero(as_tuple=True)
+    position = partial.index_select(0, which)  # sorted
+    starts = [0, *itertools.accumulate(t.numel() for t in key_blocks)]
+    bounds = torch.searchsorted(position, torch.tensor(starts, device=position.device)).tolist()
+    return [
+        KeyMask(position[lo:hi] - start, key[lo:hi]) if hi > lo else None for start, lo, hi in zip(starts, bounds, bounds[1:])
+    ]
+
+
+def _mask_keys(keyed_scores: torch.Tensor, mask: KeyMask | None) -> None:
+    """Set to -inf, in place, the scores of ``mask``'s padded keys: ``keyed_scores`` is indexed
+    [key block position, key offset, ...] (a view of the chunk's scores)."""
+    if mask is not None:
+        keyed_scores[mask.blocks, mask.keys] = -math.inf
 
 
 # The custom operators' arguments: q, k, v are blocks (B, H, nb, b, d), viewed inside as (R, b, d)
@@ -125,20 +133,20 @@ def block_sparse_forward(
     plan = plan_blocks(selected, chunk_size_for(q.device))
     q, k, v = (t.reshape(-1, *shape[-2:]) for t in (q, k, v))
     rows, b, d = q.shape
-    key_padding = find_key_padding(key_real, shape[1], b)
+    key_masks = chunk_key_masks([chunk.partners for chunk in plan.chunks], find_padded_keys(key_real, shape[1], b))
     if extra_score is not None:
         extra_value, extra_score = extra_value.reshape(rows, d), extra_score.reshape(rows)
     out = q.new_empty(rows, b, d)
     lse = q.new_empty(rows, b)
     no_bias = q.new_zeros(())
-    for chunk in plan.chunks:
+    for chunk, key_mask in zip(plan.chunks, key_masks):
         g, c, queries, keys = chunk.rows.numel(), chunk.count, chunk.rows, chunk.partners
         # S^T = scaling * K Q^T, (G, c * b, b), keys on dim 1: in this orientation both bmm take
         # contiguous or cheaply transposed operands (faster on CPU); the scaling rides on the bmm.
         scores = torch.baddbmm(
             no_bias, k.index_select(0, keys).view(g, c * b, d), q.index_select(0, queries).transpose(1, 2), beta=0, alpha=scaling
         )
-        _mask_padded_keys(scores, key_padding, keys, key_dim=1)
+        _mask_keys(scores.view(g * c, b, b), key_mask)
         row_max = scores.amax(1)  # finite: every selected block holds a real key
         if extra_score is not None:
             extra = extra_score.index_select(0, queries)[:, None]
@@ -187,7 +195,6 @@ def block_sparse_backward(
     shape = q.shape
     q, k, v = (t.reshape(-1, *shape[-2:]) for t in (q, k, v))
     rows, b, d = q.shape
-    key_padding = find_key_padding(key_real, shape[1], b)
     grad_out, out, lse = grad_out.contiguous().view(q.shape), out.view(q.shape), lse.view(rows, b)
     delta = torch.bmm(grad_out.view(-1, 1, d), out.view(-1, d, 1)).view(rows, b)  # rowsum(dO * O)
     neg_lse, neg_scaled_delta = -lse, delta * -scaling
@@ -199,13 +206,14 @@ def block_sparse_backward(
     plan = plan_blocks(selected.transpose(-1, -2), chunk_size_for(q.device))
     grad_k.index_fill_(0, plan.empty_rows, 0.0)
     grad_v.index_fill_(0, plan.empty_rows, 0.0)
-    for chunk in plan.chunks:
+    key_masks = chunk_key_masks([chunk.rows for chunk in plan.chunks], find_padded_keys(key_real, shape[1], b))
+    for chunk, key_mask in zip(plan.chunks, key_masks):
         g, c, keys, queries = chunk.rows.numel(), chunk.count, chunk.rows, chunk.partners
         q_rows, d_out = (t.index_select(0, queries).view(g, c * b, d) for t in (q, grad_out))
         k_block, v_block = k.index_select(0, keys), v.index_select(0, keys)
         # P = exp(scaling * Q K^T - lse), (G, c * b, b); the scaling rides on the bmm (alpha).
         scores = torch.baddbmm(neg_lse.index_select(0, queries).view(g, c * b, 1), q_rows, k_block.transpose(1, 2), alpha=scaling)
-        _mask_padded_keys(scores, key_padding, keys, key_dim=2)
+        _mask_keys(scores.transpose(1, 2), key_mask)
         probs = scores.exp_()
         grad_v.index_copy_(0, keys, torch.bmm(probs.transpose(1, 2), d_out))
         # scaling * dS = scaling * P * (dP - delta), dP = dO V^T: dK = (scaling dS)^T Q, dQ = (scaling dS) K.
