@@ -129,7 +129,7 @@ TEST_PACKING = "tests/test_packing.py::"
 TEST_PATCHING = "tests/test_patching.py::"
 TEST_PRESETS = "tests/test_presets.py::"
 TEST_PROVENANCE = "tests/test_provenance.py::"
-TEST_WIKIHOP = "tests/test_wikihop.py::"
+TEST_WIKIHOP_CLI = "tests/test_wikihop_cli.py::"
 
 #: The model flags (ModelArguments) of the training scripts and convert_to_long, read by shared code.
 MODEL_FLAG_TESTS = {
@@ -288,19 +288,19 @@ FLAG_TESTS: dict[str, dict[str, str]] = {
     "finetune_wikihop": {
         **MODEL_FLAG_TESTS,
         **TRAINING_FLAG_TESTS,
-        "padding_free": TEST_WIKIHOP + "test_padding_free_packs_each_batch_and_keeps_logits_and_loss",
+        "padding_free": TEST_WIKIHOP_CLI + "test_padding_free_packs_each_batch_and_keeps_logits_and_loss",
         "attn_impl": TEST_FLAGS_MODEL_TRAINING + "test_local_model_flags_reach_what_they_name",
         "dataset_name": TEST_FLAGS_DATA + "test_dataset_name_and_config_are_what_is_loaded",
         "dataset_config_name": TEST_FLAGS_DATA + "test_dataset_name_and_config_are_what_is_loaded",
         "train_file": TEST_FLAGS_DATA + "test_each_file_is_the_split_it_names",
         "validation_file": TEST_FLAGS_DATA + "test_each_file_is_the_split_it_names",
-        "max_seq_length": TEST_WIKIHOP + "test_length_chunk_and_sample_options",
-        "max_train_samples": TEST_WIKIHOP + "test_length_chunk_and_sample_options",
-        "max_eval_samples": TEST_WIKIHOP + "test_length_chunk_and_sample_options",
+        "max_seq_length": TEST_WIKIHOP_CLI + "test_length_chunk_and_sample_options",
+        "max_train_samples": TEST_WIKIHOP_CLI + "test_length_chunk_and_sample_options",
+        "max_eval_samples": TEST_WIKIHOP_CLI + "test_length_chunk_and_sample_options",
         "preprocessing_num_workers": TEST_FLAGS_DATA + "test_tokenisation_gets_the_workers_and_cache_flags",
         "overwrite_cache": TEST_FLAGS_DATA + "test_tokenisation_gets_the_workers_and_cache_flags",
-        "pad_to_max_length": TEST_WIKIHOP + "test_length_chunk_and_sample_options",
-        "max_chunks": TEST_WIKIHOP + "test_length_chunk_and_sample_options",
+        "pad_to_max_length": TEST_WIKIHOP_CLI + "test_length_chunk_and_sample_options",
+        "max_chunks": TEST_WIKIHOP_CLI + "test_length_chunk_and_sample_options",
         "seed": TEST_FLAGS_MODEL_TRAINING + "test_seed_draws_the_new_head",
         "data_seed": TEST_FLAGS_MODEL_TRAINING + "test_training_flags_reach_the_trainer",
         "dataloader_persistent_workers": TEST_FLAGS_MODEL_TRAINING + "test_training_flags_reach_the_trainer",

@@ -25,6 +25,8 @@ from hf_efficient_attn.tools.minilm import minilm_path
 #: Synthetic examples small enough for fast tests: two documents of one news sentence each
 #: (one of them also holds the answer sentence); about 70-100 tokens.
 SHORT = {"num_supports": 2, "sentences_per_support": 1}
+#: Synthetic examples long enough to need several chunks at 128 tokens (about 450-650 tokens).
+LONG = {"num_supports": 4, "sentences_per_support": 5}
 
 
 def tokenizer() -> T.PreTrainedTokenizerBase:

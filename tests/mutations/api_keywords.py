@@ -253,14 +253,14 @@ MUTATIONS: list[Mutation] = [
         P + "tasks/wikihop/finetune.py",
         "    if data_args.padding_free:\n        collator = PackedChunkCollator()",
         "    if False:\n        collator = PackedChunkCollator()",
-        (T + "test_wikihop.py::-k padding_free_packs",),
+        (T + "test_wikihop_cli.py::-k padding_free_packs",),
         "finetune_wikihop.py --padding_free ignored",
     ),
     Mutation(
         P + "tasks/wikihop/finetune.py",
         "    check_padding_free(data_args.padding_free, model_args, config)\n",
         "",
-        (T + "test_wikihop.py::-k padding_free_packs",),
+        (T + "test_wikihop_cli.py::-k padding_free_packs",),
         "finetune_wikihop.py --padding_free with Transformers' attention mixes chunks",
     ),
     Mutation(
