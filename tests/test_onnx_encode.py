@@ -8,6 +8,7 @@ import json
 import random
 import shutil
 
+import joblib
 import numpy as np
 import pytest
 import torch
@@ -227,9 +228,10 @@ def test_threads_set_the_sessions_intra_op_threads(embedder, monkeypatch):
         return session_class(path, options, providers=providers)
 
     monkeypatch.setattr(onnxruntime, "InferenceSession", spy)
+    monkeypatch.setattr(joblib, "cpu_count", lambda only_physical_cores: 3 if only_physical_cores else 6)
     encoding.encode(embedder / "onnx", ["the cat"], threads=1)
     encoding.encode(embedder / "onnx", ["the cat"])
-    assert threads == [1, 0]  # 0: ONNX Runtime's default
+    assert threads == [1, 3]  # by default the physical cores joblib counts within the CPU quota, not 0 (the host's)
 
 
 def test_bad_inputs_are_clear_errors(embedder, tmp_path):

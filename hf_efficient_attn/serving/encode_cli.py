@@ -47,7 +47,13 @@ class EncodeArguments:
         default=False, metadata={"help": "Run model_quantized.onnx (written by export_onnx.py --int8), not model.onnx."}
     )
     threads: int | None = field(
-        default=None, metadata={"help": "ONNX Runtime's intra-op threads (default: ONNX Runtime's choice, one per core)."}
+        default=None,
+        metadata={
+            "help": (
+                "ONNX Runtime's intra-op threads (default: the physical cores this process may use, within a container's CPU "
+                "quota; ONNX Runtime's own default counts the host's)."
+            )
+        },
     )
 
     def __post_init__(self) -> None:

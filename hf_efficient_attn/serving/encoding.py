@@ -171,15 +171,24 @@ def run_in_batches(forward: Forward, ids: Sequence[Sequence[int]], batch_size: i
     return np.stack(rows_out)
 
 
+def available_cores() -> int:
+    """The physical cores this process may use: its CPU affinity, capped by a container's CPU quota
+    (cgroup v1 or v2), as joblib counts them. ONNX Runtime's own default is the host's physical
+    cores, blind to the quota (microsoft/onnxruntime#29510): in a container limited to 2 CPUs on a
+    large host its threads would queue for the quota and wait on each other."""
+    import joblib
+
+    return joblib.cpu_count(only_physical_cores=True)
+
+
 def open_session(path: str | Path, threads: int | None = None):
-    """An ONNX Runtime session (CPU provider) of ``path``; ``threads``: its intra-op threads
-    (default: ONNX Runtime's, one per physical core)."""
+    """An ONNX Runtime session (CPU provider) of ``path`` with ``threads`` intra-op threads
+    (default: :func:`available_cores`)."""
     require("onnxruntime")
     import onnxruntime
 
     options = onnxruntime.SessionOptions()
-    if threads is not None:
-        options.intra_op_num_threads = threads
+    options.intra_op_num_threads = available_cores() if threads is None else threads
     return onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
 

@@ -188,10 +188,24 @@ MUTATIONS: list[Mutation] = [
     ),
     Mutation(
         P + "serving/encoding.py",
-        "        options.intra_op_num_threads = threads\n",
-        "        pass\n",
+        "available_cores() if threads is None else threads",
+        "available_cores()",
         (T + "test_onnx_encode.py::-k threads_set",),
         "encode(threads=) ignored",
+    ),
+    Mutation(
+        P + "serving/encoding.py",
+        "available_cores() if threads is None else threads",
+        "0 if threads is None else threads",
+        (T + "test_onnx_encode.py::-k threads_set",),
+        "ONNX Runtime's default threads (the host's cores, blind to a container's quota)",
+    ),
+    Mutation(
+        P + "serving/encoding.py",
+        "joblib.cpu_count(only_physical_cores=True)",
+        "joblib.cpu_count(only_physical_cores=False)",
+        (T + "test_onnx_encode.py::-k threads_set",),
+        "default threads count logical CPUs (ONNX Runtime's default counts physical cores)",
     ),
     Mutation(
         P + "serving/encoding.py",
