@@ -378,6 +378,22 @@ def test_pair_attention_and_its_backward_match_autograd_through_a_dense_referenc
 
 
 @pytest.mark.parametrize("kernel", [block_sparse.block_sparse_attention, block_pairs.pair_attention], ids=["gather", "pairs"])
+def test_nothing_selected_with_padded_keys_gives_the_extra_key_alone(kernel):
+    """No block pair selected anywhere, padded keys present: each row is its extra key's value (0
+    without one), and no gradient reaches q, k, v."""
+    q, k, v, _, bs, scaling, key_real, extra_value, extra_score = block_sparse_case(extra=True)
+    nothing = torch.zeros(*q.shape[:2], q.shape[2] // bs, q.shape[2] // bs, dtype=torch.bool)
+    blocks = [t.unflatten(2, (-1, bs)).requires_grad_() for t in (q, k, v)]
+    alone = kernel(*blocks, nothing, scaling, key_real)
+    with_extra = kernel(*blocks, nothing, scaling, key_real, extra_value, extra_score)
+    expected = extra_value.masked_fill(extra_score[..., None] == -math.inf, 0.0)[:, :, :, None].expand_as(with_extra)
+    torch.testing.assert_close(with_extra, expected)
+    assert not alone.any()
+    grads = torch.autograd.grad((alone.sum() + with_extra.sum()), blocks, allow_unused=True)
+    assert all(g is None or not g.any() for g in grads)
+
+
+@pytest.mark.parametrize("kernel", [block_sparse.block_sparse_attention, block_pairs.pair_attention], ids=["gather", "pairs"])
 def test_block_sparse_attention_gradcheck(kernel, device):
     q, k, v, selected, bs, scaling, key_real, extra_value, extra_score = block_sparse_case(
         True, batch=2, heads=1, bs=3, nb=4, dim=2

@@ -105,6 +105,13 @@ MUTATIONS: list[Mutation] = [
     ),
     Mutation(
         P + "methods/block_sparse.py",
+        "if padded_keys is None or not key_blocks:",
+        "if padded_keys is None:",
+        (T + "test_mra.py::-k nothing_selected_with_padded_keys",),
+        "gather: a call without any selected pair but with padded keys fails",
+    ),
+    Mutation(
+        P + "methods/block_sparse.py",
         "KeyMask(position[lo:hi] - start, key[lo:hi])",
         "KeyMask(position[lo:hi] - lo, key[lo:hi])",
         (T + "test_mra.py::-k block_sparse_attention_and_its_backward",),
