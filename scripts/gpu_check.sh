@@ -9,6 +9,9 @@
 #
 # Stages: CUDA tests (pytest --device cuda), attention and whole-model benchmarks against flash SDPA
 # (mra2 with both backends), torch.compile, and a Trainer MLM at 4096 tokens with and without FSDP.
+# STAGES=triton runs the stages of MRA-2's triton backend alone (about 5 minutes): its CUDA tests,
+# the attention call (forward, forward+backward) and the 2-layer training step at 4k-32k tokens,
+# batch 1 and 8, beside pairs, flash SDPA and the vmean floor, and a profile of one step at 8192.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:?prepare DIR or run DIR OUT}
@@ -42,9 +45,11 @@ mkdir -p "$results"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$dir"/whl/*.whl
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 
-all_stages="tests attention attention_gather attention_flex model mlm_mra2 mlm_mra2_fsdp model_flex mlm_sdpa compile
-compile_forward compile_parts profile"
+triton_stages="triton_tests triton_attention triton_attention_pairs triton_model triton_profile"
+all_stages="$triton_stages tests attention attention_gather attention_flex model mlm_mra2 mlm_mra2_fsdp model_flex mlm_sdpa
+compile compile_forward compile_parts profile"
 stages=" $(echo ${STAGES:-$all_stages}) "  # a subset: STAGES="tests profile"
+stages=${stages/ triton / $triton_stages }
 
 stage() {  # stage NAME SECONDS COMMAND...: run under a time limit, log, pack the results
   local name=$1 limit=$2; shift 2
@@ -62,6 +67,55 @@ stage() {  # stage NAME SECONDS COMMAND...: run under a time limit, log, pack th
 { nvidia-smi; python3 -c "import torch, transformers, triton, accelerate; print(torch.__version__, torch.version.cuda,
 transformers.__version__, triton.__version__, accelerate.__version__, torch.cuda.get_device_name())"; } >"$results/versions.txt" 2>&1
 cat "$results/versions.txt" | tail -n 3
+
+# MRA-2's triton backend first: its tests on CUDA (compiled kernels against pairs and fp64), then it
+# beside pairs, flash SDPA and the vmean floor (docs/gpu.md, "MRA-2's triton backend").
+triton='{"mra2": {"backend": "triton"}}'
+pairs='{"mra2": {"backend": "pairs"}}'
+long="--seq_lens 4096 8192 16384 32768"
+bf16="python3 scripts/benchmark.py --device cuda --dtype bf16"
+stage triton_tests 150 python3 -m pytest --device cuda -q -n 4 -p no:cacheprovider -m "not slow" --durations=10 \
+  tests/test_mra_triton.py tests/test_mra.py
+stage triton_attention 120 bash -c "set -e
+  $bf16 --methods mra2,vmean --attn_config '$triton' $long --output_dir $results/attention_triton
+  $bf16 --methods mra2,vmean --attn_config '$triton' $long --forward_only --output_dir $results/attention_triton_forward
+  $bf16 --methods mra2,vmean --attn_config '$triton' --batch 8 --seq_lens 4096 8192 16384 --output_dir $results/attention_triton_b8"
+stage triton_attention_pairs 90 bash -c "set -e
+  $bf16 --methods mra2 --attn_config '$pairs' $long --output_dir $results/attention_pairs
+  $bf16 --methods mra2 --attn_config '$pairs' $long --forward_only --output_dir $results/attention_pairs_forward"
+stage triton_model 150 bash -c "set -e
+  $bf16 --model --methods mra2,vmean --attn_config '$triton' --rounds 1 --repeats 3 $long --output_dir $results/model_triton
+  $bf16 --model --methods mra2,vmean --attn_config '$triton' --rounds 1 --repeats 3 --batch 8 --seq_lens 4096 8192 \
+    --output_dir $results/model_triton_b8
+  $bf16 --model --methods mra2 --attn_config '$pairs' --rounds 1 --repeats 3 $long --output_dir $results/model_pairs"
+stage triton_profile 60 python3 - <<'EOF'
+import torch
+from hf_efficient_attn.methods.base import AttentionShape
+from hf_efficient_attn.registry import build_method
+from hf_efficient_attn.tools.benchmark.steps import model_step
+
+
+def profiled(label, step):
+    """Kernels, launches and GPU time of one call of ``step`` (after three warm-up calls)."""
+    for _ in range(3):
+        step()
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        step()
+        torch.cuda.synchronize()
+    kernels = [e for e in prof.key_averages() if e.device_type == torch.autograd.DeviceType.CUDA]
+    print(f"=== {label}: {sum(e.count for e in kernels)} kernel launches, GPU time "
+          f"{sum(e.self_device_time_total for e in kernels) / 1000:.2f} ms")
+    print(prof.key_averages().table(sort_by="self_device_time_total", row_limit=25, max_name_column_width=70))
+
+
+profiled("training step, 2 layers, 8192 tokens, triton",
+         model_step("mra2", 8192, layers=2, device="cuda", dtype="bf16", options={"backend": "triton"}))
+for n in (8192, 32768):  # the attention call alone, forward and backward, bf16
+    q, k, v = (torch.randn(1, 12, n, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+    method = build_method("mra2", {"backend": "triton"}, AttentionShape(12, 64, max_seq_len=n)).cuda()
+    profiled(f"attention forward+backward, {n} tokens, triton", lambda: method(q, k, v).sum().backward())
+EOF
 
 # Only the modules with device tests: the others import packages that machine may lack.
 stage tests 100 python3 -m pytest --device cuda -q -n 8 -p no:cacheprovider --durations=10 \

@@ -29,7 +29,7 @@ from hf_efficient_attn.utils.cli_errors import run_cli
             ["--methods", "mra2", "--attn_config", '{"mra2": {"block_per_rows": 2}}'],
             r"--attn_config 'mra2': unknown option\(s\) \['block_per_rows'\] for method 'mra2'; its options are",
         ),
-        (["--methods", "mra2", "--attn_config", '{"mra2": {"backend": "triton"}}'], "--attn_config 'mra2': .*backend"),
+        (["--methods", "mra2", "--attn_config", '{"mra2": {"backend": "fused"}}'], "--attn_config 'mra2': .*backend"),
         (["--methods", "mra2", "--attn_config", "mra2:block_per_row=2"], "--attn_config must be a JSON object such as"),
         (
             ["--methods", "mra2", "--attn_config", '{"block_per_row": 2}'],

@@ -177,7 +177,7 @@ BAD = {
     "quality nothing to do": (quality_cli.main, lambda f: ["--no_errors"], "nothing to do", NOTHING),
     "benchmark method": (benchmark.main, lambda f: ["--methods", "mra2,mra3"],
                          "--methods: unknown method 'mra3'; known methods: informer, ", NOTHING),
-    "benchmark option": (benchmark.main, lambda f: ["--attn_config", '{"mra2": {"backend": "triton"}}'],
+    "benchmark option": (benchmark.main, lambda f: ["--attn_config", '{"mra2": {"backend": "fused"}}'],
                          "--attn_config 'mra2': .*backend", NOTHING),
     "benchmark --attn_config JSON": (benchmark.main, lambda f: ["--attn_config", "mra2:backend=flex"],
                                      "--attn_config must be a JSON object such as", NOTHING),

@@ -466,16 +466,17 @@ def test_flex_matches_gather_at_4096_tokens(name):
     torch.testing.assert_close(flex, gather, atol=2e-6, rtol=1e-5)
 
 
-def test_auto_runs_pairs_on_cuda_and_gather_elsewhere(monkeypatch, device):
-    """backend="auto" never runs flex (it compiles per shape); it runs pairs on CUDA (gather is
-    launch-bound there) and gather elsewhere (faster on CPU), also for long inputs under no_grad."""
+def test_auto_runs_triton_then_pairs_on_cuda_and_gather_elsewhere(monkeypatch, device):
+    """backend="auto" never runs flex (it compiles per shape); on CUDA it runs the fused triton kernels
+    where they support the inputs, else pairs (gather is launch-bound there); elsewhere gather
+    (fastest on CPU), also for long inputs under no_grad."""
 
     def refuse(*args, **kwargs):
         raise AssertionError("backend='auto' ran FlexAttention")
 
     monkeypatch.setattr(mra, "flex_mra_attention", refuse)
     ran = []
-    for kernel in ("pair_attention", "block_sparse_attention"):
+    for kernel in ("triton_mra_attention", "pair_attention", "block_sparse_attention"):
 
         def recorded(*args, _kernel=kernel, _original=getattr(mra, kernel), **kwargs):
             ran.append(_kernel)
@@ -485,21 +486,30 @@ def test_auto_runs_pairs_on_cuda_and_gather_elsewhere(monkeypatch, device):
     q, k, v = qkv(seq=1024, dtype=torch.float32)
     with torch.no_grad():
         make("mra2", backend="auto")(q, k, v)
-    assert ran == ["pair_attention" if device.type == "cuda" else "block_sparse_attention"]
-    # The rule for the devices this run does not have (only the device type is read).
-    for device_type, expected in (("cuda", "pairs"), ("cpu", "gather"), ("mps", "gather")):
-        fake = types.SimpleNamespace(device=torch.device(device_type))
+    assert ran == ["triton_mra_attention" if device.type == "cuda" else "block_sparse_attention"]
+    # The rule for the devices this run does not have (only device type, dtype and shape are read).
+    for device_type, dtype, expected in (
+        ("cuda", torch.float32, "triton"),
+        ("cuda", torch.float64, "pairs"),  # triton refuses fp64
+        ("cpu", torch.float32, "gather"),
+        ("mps", torch.float32, "gather"),
+    ):
+        fake = types.SimpleNamespace(device=torch.device(device_type), dtype=dtype, shape=(1, 2, 64, 8))
         assert make("mra2", backend="auto")._choose_backend(fake, fake, fake) == expected
 
 
 def test_auto_takes_the_first_backend_that_can_run_and_lists_every_reason_when_none_can(monkeypatch, device):
-    first, second = mra.AUTO_ORDER.get(device.type, mra.DEFAULT_AUTO_ORDER)
+    *first, last = mra.AUTO_ORDER.get(device.type, mra.DEFAULT_AUTO_ORDER)
     method = make("mra2", backend="auto")
     q, k, v = qkv(seq=64, dtype=torch.float32)
-    monkeypatch.setitem(mra.BACKEND_PROBLEMS, first, lambda *args: "cannot, for this test")
-    assert method._choose_backend(q, k, v) == second
-    monkeypatch.setitem(mra.BACKEND_PROBLEMS, second, lambda *args: "cannot either")
-    with pytest.raises(ValueError, match=rf"^mra2: backend='{first}' cannot, for this test; backend='{second}' cannot either$"):
+    for backend in first:
+        monkeypatch.setitem(mra.BACKEND_PROBLEMS, backend, lambda *args, _name=backend: f"cannot ({_name})")
+    assert method._choose_backend(q, k, v) == last
+    monkeypatch.setitem(mra.BACKEND_PROBLEMS, last, lambda *args: "cannot either")
+    reasons = "; ".join(
+        [f"backend='{backend}' cannot \\({backend}\\)" for backend in first] + [f"backend='{last}' cannot either"]
+    )
+    with pytest.raises(ValueError, match=rf"^mra2: {reasons}$"):
         method(q, k, v)
 
 
@@ -517,7 +527,7 @@ def test_flex_backend_refuses_backward_on_cpu(device):
 @pytest.mark.parametrize(
     "options, match",
     [
-        ({"backend": "triton"}, "auto"),
+        ({"backend": "fused"}, "'triton'"),
         ({"block_size": 0}, "block_size"),
         ({"block_per_row": True}, "block_per_row"),
         ({"initial_prior_diagonal_n_blocks": -1}, "initial_prior_diagonal_n_blocks"),

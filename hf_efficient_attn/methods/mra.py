@@ -4,9 +4,11 @@ selection of block pairs (Alg. 1 with R = {b, 1}), and the output (Alg. 2, eqs. 
 attention in the selected blocks merged with the low-resolution part by their log-sum-exps.
 
 The exact part runs on one of three backends: ``gather`` (:mod:`.block_sparse`), ``pairs``
-(:mod:`.block_pairs`) or ``flex`` (FlexAttention, below); ``auto`` runs ``pairs`` on CUDA and
-``gather`` elsewhere. What each computes, the choices made where the paper is vague (ranking,
-ties, priors, padding), compilation and export: docs/methods/mra.md.
+(:mod:`.block_pairs`) or ``flex`` (FlexAttention, below); the ``triton`` backend (:mod:`.mra_triton`)
+runs the whole call, selection included, in its own fused kernels. ``auto`` runs ``triton`` on CUDA
+where it supports the inputs, else ``pairs``, and ``gather`` elsewhere. What each computes, the
+choices made where the paper is vague (ranking, ties, priors, padding), compilation and export:
+docs/methods/mra.md.
 """
 
 from __future__ import annotations
@@ -23,17 +25,20 @@ from .base import AttentionMethod, MethodOptions, Paper, check_choice, check_int
 from .block_pairs import pair_attention, row_major_cumsum
 from .block_sparse import block_sparse_attention
 from .mra_flex import FLEX_LENGTH_MULTIPLE, flex_mra_attention, flex_mra_attention_outside_graphs, flex_unavailable
+from .mra_triton import triton_mra_attention, triton_unavailable
 
-BACKENDS = ("auto", "flex", "gather", "pairs")
+BACKENDS = ("auto", "flex", "gather", "pairs", "triton")
 #: Why each backend cannot run given inputs, or None: gather and pairs run every input.
 BACKEND_PROBLEMS: dict[str, Callable[[torch.Tensor, torch.Tensor, torch.Tensor, "MraOptions"], str | None]] = {
     "gather": lambda q, k, v, options: None,
     "pairs": lambda q, k, v, options: None,
     "flex": lambda q, k, v, options: flex_unavailable(q, k, v, options.block_size),
+    "triton": triton_unavailable,
 }
 #: The backends ``auto`` tries, in order, per device type (docs/methods/mra.md, "Backends"): on CUDA
-#: gather is launch-bound; on CPU it is the fastest. flex is never tried: it compiles per length.
-AUTO_ORDER = {"cuda": ("pairs", "gather")}
+#: the fused kernels, then static shapes (gather is launch-bound there); on CPU gather is the
+#: fastest. flex is never tried: it compiles per length.
+AUTO_ORDER = {"cuda": ("triton", "pairs", "gather")}
 DEFAULT_AUTO_ORDER = ("gather", "pairs")
 #: Elements of the (nb x nb) low-resolution tensors recomputed at once in the backward (4 MiB in
 #: fp32): slices of whole heads, so that long inputs do not keep them for every head at once.
@@ -80,7 +85,8 @@ class MraOptions(MethodOptions):
         metadata={
             "help": (
                 '`"gather"` (plain PyTorch, training and inference), `"pairs"` (plain PyTorch, static shapes), '
-                '`"flex"` (compiled FlexAttention, inference on CPU) or `"auto"` (`pairs` on CUDA, `gather` elsewhere).'
+                '`"flex"` (compiled FlexAttention, inference on CPU), `"triton"` (fused Triton kernels, CUDA) or `"auto"` '
+                "(on CUDA `triton` where it supports the inputs, else `pairs`; `gather` elsewhere)."
             )
         },
     )
@@ -267,6 +273,8 @@ class _MraBase(AttentionMethod):
         opts = self.options
         bs, (batch, _, length, _) = opts.block_size, q.shape
         backend = self._choose_backend(q, k, v)
+        if backend == "triton":  # the whole call, selection included, in its own kernels
+            return triton_mra_attention(q, k, v, key_padding_mask, scaling, opts, self.low_resolution)
         use_flex = backend == "flex"
         # flex: pad to a multiple of FLEX_LENGTH_MULTIPLE too, so that few lengths get compiled.
         multiple = math.lcm(bs, FLEX_LENGTH_MULTIPLE) if use_flex else bs

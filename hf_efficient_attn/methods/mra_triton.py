@@ -1,0 +1,334 @@
+"""MRA-2's ``triton`` backend: the whole attention call of ``mra2`` / ``mra2_s`` (block means,
+selection, low-resolution and exact parts) and its backward in a few fused Triton kernels
+(:mod:`.mra_triton_kernels`), behind two custom operators, so that ``torch.compile`` traces a model
+in one graph and runs them as opaque calls. The same function as the ``gather`` and ``pairs``
+backends (docs/methods/mra.md), computed without host reads or data-dependent shapes:
+
+- forward, 7 launches: the block means and counts of q, k, v (eqs. 11, 17); the selection key of
+  every block pair, one int64 that orders pairs by (prior sets, score, lowest pair index) exactly
+  (Alg. 1); one ``torch.topk`` of the largest budget; bitmaps of each sequence's budget of pairs,
+  row- and column-major; the low-resolution part per query block (eq. 13, ``mra2`` only); the exact
+  blocks of each query block with an online softmax that merges the low-resolution part as one extra
+  key (Alg. 2, eq. 14). Saved for the backward: the output, each row's log-sum-exp, the block means
+  and counts, and the bitmaps (nb² bits a head), nothing of size n x blocks.
+- backward, 3 launches: dO . O per row and the low-resolution part's per-block sums; the block
+  means' gradients through the low-resolution part (``mra2``); the exact blocks' dQ per query block
+  and dK, dV per key block (FlashAttention-2's split, each written once, no atomics), which also
+  hand each real token its block mean's gradient.
+
+Supported: CUDA (elsewhere only under Triton's interpreter, ``TRITON_INTERPRET=1``, how the tests run
+it on CPU), fp32 / fp16 / bf16, ``block_size`` in :data:`BLOCK_SIZES`, head size up to
+:data:`MAX_HEAD_DIM`, at most :data:`MAX_BLOCKS` blocks; :func:`triton_unavailable` says why not.
+Precision: fp32 everywhere for fp32 inputs (matrix products in IEEE fp32, not TF32); fp16/bf16
+inputs enter the exact blocks' matrix products in their dtype, with probabilities and score
+gradients rounded to it (FlashAttention's scheme), everything else fp32. Tolerances against an fp64
+reference: docs/methods/mra.md, "Backends".
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from typing import TYPE_CHECKING
+
+import torch
+
+if TYPE_CHECKING:
+    from .mra import MraOptions
+
+#: Low bits of a selection key that hold the pair index x * nb + y (reversed, for the tie rule).
+PAIR_BITS = 26
+#: Blocks per sequence the selection keys can index (nb² pairs in PAIR_BITS bits).
+MAX_BLOCKS = 2 ** (PAIR_BITS // 2)
+DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+#: Block sizes the kernels take: Triton's matrix tiles are powers of two of at least 16.
+BLOCK_SIZES = (16, 32, 64, 128)
+MAX_HEAD_DIM = 256
+#: batch x heads runs on the second axis of the launch grid (CUDA's limit).
+MAX_BATCH_HEADS = 65535
+#: Block means handled together by the selection and low-resolution kernels (a matrix tile), and
+#: their warps: with 4, ptxas (Triton 3.6, sm_90) gives them 234-255 registers a thread and spills;
+#: with 8, 102-128 (``python -m hf_efficient_attn.tools.triton_kernels``). Not yet timed on a GPU.
+MEANS_TILE = 32
+MEANS_TILE_WARPS = 8
+#: Selected pairs decoded per program of the bitmap kernel, and counts summed per step.
+DECODE_BLOCK = 1024
+
+OP_NAMESPACE = re.sub(r"\W", "_", __name__)
+
+
+def kernels_interpreted() -> bool:
+    """Whether the kernels run under Triton's interpreter (``TRITON_INTERPRET=1`` when they were
+    imported: Triton reads it when the kernels are defined, on this backend's first use)."""
+    from triton.runtime.interpreter import InterpretedFunction
+
+    from .mra_triton_kernels import exact_forward_kernel
+
+    return isinstance(exact_forward_kernel, InterpretedFunction)
+
+
+def triton_unavailable(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, options: "MraOptions") -> str | None:
+    """Why the ``triton`` backend cannot run MRA-2 on these inputs, or None when it can."""
+    if importlib.util.find_spec("triton") is None:
+        return "needs the triton package (pip install triton; CUDA builds of torch install it)"
+    if q.dtype not in DTYPES:
+        return f"supports dtypes {list(DTYPES)}, got {q.dtype}"
+    if options.block_size not in BLOCK_SIZES:
+        return f"needs block_size in {list(BLOCK_SIZES)} (Triton's matrix tiles), got {options.block_size}"
+    batch, heads, length, head_dim = q.shape
+    if head_dim > MAX_HEAD_DIM:
+        return f"supports head sizes up to {MAX_HEAD_DIM}, got {head_dim}"
+    if batch * heads > MAX_BATCH_HEADS:
+        return f"supports batch x heads up to {MAX_BATCH_HEADS}, got {batch * heads}"
+    if -(-length // options.block_size) > MAX_BLOCKS:
+        return f"supports up to {MAX_BLOCKS} blocks ({MAX_BLOCKS * options.block_size} tokens), got {length} tokens"
+    if q.device.type != "cuda" and not kernels_interpreted():
+        return f"runs on CUDA (on {q.device.type} only under Triton's interpreter, TRITON_INTERPRET=1, as the tests do)"
+    return None
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _head_tile(head_dim: int) -> int:
+    """The power-of-two tile (at least 16, Triton's smallest matrix tile) holding a head."""
+    return max(16, 1 << (head_dim - 1).bit_length())
+
+
+def _precision(dtype: torch.dtype) -> str:
+    """``tl.dot``'s input precision: IEEE for fp32 (not TF32's 10-bit mantissa); half types are exact."""
+    return "ieee" if dtype == torch.float32 else "tf32"
+
+
+def _blocks(length: int, block_size: int) -> tuple[int, int]:
+    """(nb, words): blocks of a sequence and int32 words of a bitmap row of nb bits."""
+    blocks = (length + block_size - 1) // block_size
+    return blocks, (blocks + 31) // 32
+
+
+def _output_like(q: torch.Tensor) -> torch.Tensor:
+    """An empty (B, H, N, D) tensor laid out as (B, N, H, D): what the bridge returns to the model."""
+    batch, heads, length, head_dim = q.shape
+    return q.new_empty(batch, length, heads, head_dim).transpose(1, 2)
+
+
+def _mask_arguments(q: torch.Tensor, key_real: torch.Tensor | None) -> tuple[torch.Tensor, bool]:
+    """The key-padding mask as int8 for the kernels (any tensor when None) and whether there is one."""
+    if key_real is None:
+        return q, False
+    return key_real.contiguous().view(torch.int8), True
+
+
+def launch_forward(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    key_real: torch.Tensor | None,
+    scaling: float,
+    block_size: int,
+    block_per_row: int,
+    first_n: int,
+    diagonal_n: int,
+    low_resolution: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The forward's launches (:func:`mra_forward`, whose body this is: also called on meta tensors by
+    ``tools/triton_py`` to learn each launch's arguments)."""
+    from .mra_triton_kernels import (
+        block_means_kernel,
+        exact_forward_kernel,
+        low_resolution_kernel,
+        selected_bitmaps_kernel,
+        selection_keys_kernel,
+    )
+
+    batch, heads, length, head_dim = q.shape
+    batch_heads = batch * heads
+    blocks, words = _blocks(length, block_size)
+    budget = min(block_per_row * blocks, blocks * blocks)
+    real, has_mask = _mask_arguments(q, key_real)
+    block_d = _head_tile(head_dim)
+    plane = batch_heads * blocks * head_dim
+    means = q.new_empty(3, batch_heads, blocks, head_dim, dtype=torch.float32)
+    counts = q.new_empty(batch, blocks, dtype=torch.int32)
+    block_means_kernel[(blocks, batch_heads)](
+        q, k, v, real, means, counts, *q.stride(), *k.stride(), *v.stride(),
+        heads, length, blocks, head_dim, plane, HAS_MASK=has_mask, BS=block_size, BLOCK_D=block_d,
+    )  # fmt: skip
+    keys = q.new_empty(batch_heads, blocks * blocks, dtype=torch.int64)
+    selection_keys_kernel[(_cdiv(blocks, MEANS_TILE), batch_heads)](
+        means, counts, keys, plane, scaling, heads, blocks, head_dim, first_n, diagonal_n,
+        TILE=MEANS_TILE, BLOCK_D=block_d, num_warps=MEANS_TILE_WARPS,
+    )  # fmt: skip
+    top_keys = keys.topk(budget, dim=-1, sorted=True).values
+    del keys
+    bitmaps = torch.zeros(2, batch_heads, blocks, words, dtype=torch.int32, device=q.device)
+    selected_bitmaps_kernel[(_cdiv(budget, DECODE_BLOCK), batch_heads)](
+        top_keys, counts, bitmaps, bitmaps[0].numel(), heads, blocks, words, budget, block_per_row,
+        BLOCK=DECODE_BLOCK, BLOCK_NB=DECODE_BLOCK,
+    )  # fmt: skip
+    low_out = low_lse = means  # unused by the kernel without the low-resolution part
+    if low_resolution:
+        low_out = q.new_empty(batch_heads, blocks, head_dim, dtype=torch.float32)
+        low_lse = q.new_empty(batch_heads, blocks, dtype=torch.float32)
+        low_resolution_kernel[(_cdiv(blocks, MEANS_TILE), batch_heads)](
+            means, counts, bitmaps, low_out, low_lse, plane, scaling, heads, blocks, words, head_dim,
+            TILE=MEANS_TILE, BLOCK_D=block_d, num_warps=MEANS_TILE_WARPS,
+        )  # fmt: skip
+    out = _output_like(q)
+    lse = q.new_empty(batch_heads, blocks * block_size, dtype=torch.float32)
+    exact_forward_kernel[(blocks, batch_heads)](
+        q, k, v, real, bitmaps, low_out, low_lse, out, lse, *q.stride(), *k.stride(), *v.stride(), *out.stride(),
+        scaling, heads, length, blocks, words, head_dim, HAS_MASK=has_mask, LOW_RESOLUTION=low_resolution,
+        PRECISION=_precision(q.dtype), BS=block_size, BLOCK_D=block_d,
+    )  # fmt: skip
+    return out, lse, means, counts, bitmaps
+
+
+@torch.library.custom_op(f"{OP_NAMESPACE}::mra_forward", mutates_args=())
+def mra_forward(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    key_real: torch.Tensor | None,
+    scaling: float,
+    block_size: int,
+    block_per_row: int,
+    first_n: int,
+    diagonal_n: int,
+    low_resolution: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """MRA-2 (``low_resolution``) or MRA-2-s of q, k, v (B, H, N, D) (module docstring). Returns the
+    output (B, H, N, D) in q's dtype, laid out as (B, N, H, D), and what the backward needs: each
+    row's log-sum-exp (B * H, nb * block_size), the block means (3, B * H, nb, D), the counts of
+    real tokens (B, nb) and the selection bitmaps (2, B * H, nb, words)."""
+    return launch_forward(q, k, v, key_real, scaling, block_size, block_per_row, first_n, diagonal_n, low_resolution)
+
+
+@mra_forward.register_fake
+def _(q, k, v, key_real, scaling, block_size, block_per_row, first_n, diagonal_n, low_resolution):
+    batch, heads, length, head_dim = q.shape
+    blocks, words = _blocks(length, block_size)
+    return (
+        _output_like(q),
+        q.new_empty(batch * heads, blocks * block_size, dtype=torch.float32),
+        q.new_empty(3, batch * heads, blocks, head_dim, dtype=torch.float32),
+        q.new_empty(batch, blocks, dtype=torch.int32),
+        q.new_empty(2, batch * heads, blocks, words, dtype=torch.int32),
+    )
+
+
+def launch_backward(
+    grad_out: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    key_real: torch.Tensor | None,
+    out: torch.Tensor,
+    lse: torch.Tensor,
+    means: torch.Tensor,
+    counts: torch.Tensor,
+    bitmaps: torch.Tensor,
+    scaling: float,
+    block_size: int,
+    low_resolution: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The backward's launches (:func:`mra_backward`'s body, as :func:`launch_forward`)."""
+    from .mra_triton_kernels import backward_preprocess_kernel, exact_backward_kernel, low_resolution_backward_kernel
+
+    grad_out = grad_out.to(q.dtype)
+    batch, heads, length, head_dim = q.shape
+    batch_heads = batch * heads
+    blocks, words = _blocks(length, block_size)
+    real, has_mask = _mask_arguments(q, key_real)
+    block_d = _head_tile(head_dim)
+    plane, bitmap_plane = means[0].numel(), bitmaps[0].numel()
+    delta = q.new_empty(batch_heads, blocks * block_size, dtype=torch.float32)
+    low_grad = low_weight = low_ref = grad_means = means  # unused without the low-resolution part
+    if low_resolution:
+        low_grad = torch.empty_like(means[0])
+        low_weight, low_ref = (q.new_empty(batch_heads, blocks, dtype=torch.float32) for _ in range(2))
+    backward_preprocess_kernel[(blocks, batch_heads)](
+        out, grad_out, lse, delta, low_grad, low_weight, low_ref, *out.stride(), *grad_out.stride(),
+        heads, length, blocks, head_dim, LOW_RESOLUTION=low_resolution, BS=block_size, BLOCK_D=block_d,
+    )  # fmt: skip
+    if low_resolution:
+        grad_means = torch.empty_like(means)
+        low_resolution_backward_kernel[(_cdiv(blocks, MEANS_TILE), batch_heads, 2)](
+            means, counts, bitmaps, low_grad, low_weight, low_ref, grad_means, plane, bitmap_plane, scaling,
+            heads, blocks, words, head_dim, TILE=MEANS_TILE, BLOCK_D=block_d, num_warps=MEANS_TILE_WARPS,
+        )  # fmt: skip
+    dq, dk, dv = _output_like(q), _output_like(q), _output_like(q)
+    exact_backward_kernel[(blocks, batch_heads, 2)](
+        q, k, v, real, grad_out, lse, delta, bitmaps, counts, grad_means, dq, dk, dv,
+        *q.stride(), *k.stride(), *v.stride(), *grad_out.stride(), *dq.stride(),
+        plane, bitmap_plane, scaling, heads, length, blocks, words, head_dim,
+        HAS_MASK=has_mask, LOW_RESOLUTION=low_resolution, PRECISION=_precision(q.dtype), BS=block_size, BLOCK_D=block_d,
+    )  # fmt: skip
+    return dq, dk, dv
+
+
+@torch.library.custom_op(f"{OP_NAMESPACE}::mra_backward", mutates_args=())
+def mra_backward(
+    grad_out: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    key_real: torch.Tensor | None,
+    out: torch.Tensor,
+    lse: torch.Tensor,
+    means: torch.Tensor,
+    counts: torch.Tensor,
+    bitmaps: torch.Tensor,
+    scaling: float,
+    block_size: int,
+    low_resolution: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Gradients (dq, dk, dv) of :func:`mra_forward`'s output (module docstring), laid out as its output."""
+    return launch_backward(grad_out, q, k, v, key_real, out, lse, means, counts, bitmaps, scaling, block_size, low_resolution)
+
+
+@mra_backward.register_fake
+def _(grad_out, q, k, v, key_real, out, lse, means, counts, bitmaps, scaling, block_size, low_resolution):
+    return _output_like(q), _output_like(q), _output_like(q)
+
+
+def _setup_context(ctx, inputs, output):
+    q, k, v, key_real, scaling, block_size, _, _, _, low_resolution = inputs
+    out, lse, means, counts, bitmaps = output
+    ctx.save_for_backward(q, k, v, key_real, out, lse, means, counts, bitmaps)
+    ctx.scaling, ctx.block_size, ctx.low_resolution = scaling, block_size, low_resolution
+
+
+def _backward(ctx, grad_out, *_):
+    # Only the output reaches the caller (triton_mra_attention): the other outputs get no gradient.
+    grads = mra_backward(grad_out, *ctx.saved_tensors, ctx.scaling, ctx.block_size, ctx.low_resolution)
+    return *grads, None, None, None, None, None, None, None
+
+
+torch.library.register_autograd(mra_forward, _backward, setup_context=_setup_context)
+
+
+def triton_mra_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    key_padding_mask: torch.Tensor | None,
+    scaling: float,
+    options: "MraOptions",
+    low_resolution: bool,
+) -> torch.Tensor:
+    """MRA-2 (``low_resolution``) or MRA-2-s of q, k, v (B, H, N, D), padded positions zero,
+    ``key_padding_mask`` (B, N) True for real tokens or None: (B, H, N, D) in q's dtype."""
+    return mra_forward(
+        q,
+        k,
+        v,
+        key_padding_mask,
+        scaling,
+        options.block_size,
+        options.block_per_row,
+        options.initial_prior_first_n_blocks,
+        options.initial_prior_diagonal_n_blocks,
+        low_resolution,
+    )[0]

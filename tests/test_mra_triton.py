@@ -1,0 +1,246 @@
+"""MRA-2's ``triton`` backend (methods/mra_triton.py): the same function as the ``pairs`` backend and
+the dense formula, forward and every gradient, with padding, lengths that are not a multiple of the
+block, priors, ties and query blocks without an exact block; half precision within the tolerances
+docs/methods/mra.md states; one graph under torch.compile; its launches per call.
+
+On CPU the kernels run in Triton's interpreter (conftest sets TRITON_INTERPRET=1), a few programs a
+second: small shapes, and 16-token blocks (Triton's smallest matrix tile) so that a hundred tokens
+already make an approximation. ``pytest --device cuda`` runs the same tests on compiled kernels."""
+
+import math
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+import torch
+from test_mra import dense_mra_reference, real_rows
+from tiny import tiny_config
+
+import hf_efficient_attn as hea
+from hf_efficient_attn.methods import mra, mra_triton
+from hf_efficient_attn.methods.base import AttentionShape
+from hf_efficient_attn.methods.softmax import softmax_reference
+from hf_efficient_attn.registry import MethodChoice, build_method
+
+pytest.importorskip("triton")
+pytestmark = pytest.mark.device
+
+METHODS = ["mra2", "mra2_s"]
+BS = 16
+#: Priors that outnumber the budget: some query blocks get no exact block.
+PRIORS = {"block_per_row": 1, "initial_prior_first_n_blocks": 1, "initial_prior_diagonal_n_blocks": 3}
+#: Relative error (norm) of outputs and gradients against an fp64 computation, by input dtype: the
+#: tolerances docs/methods/mra.md states for the triton backend.
+TOLERANCE = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1e-2}
+
+
+def make(name, heads=2, dim=16, **options):
+    options = {"backend": "triton", "block_size": BS, **options}
+    return build_method(MethodChoice.of(name, options), AttentionShape(heads, dim, max_seq_len=4096)).eval()
+
+
+def padded_case(batch=2, heads=2, seq=70, dim=16, dtype=torch.float32):
+    """q, k, v and a key-padding mask: 70 tokens are 4 blocks of 16 and one of 6; row 1 is padded
+    from inside its fourth block."""
+    q, k, v = (torch.randn(batch, heads, seq, dim).to(dtype) for _ in range(3))
+    mask = torch.ones(batch, seq, dtype=torch.bool)
+    mask[1, 57:] = False
+    return q, k, v, mask
+
+
+def outputs_and_gradients(method, tensors, mask, grad_out):
+    """The real rows of the output, and the gradients of q, k, v for ``grad_out``."""
+    tensors = [t.detach().clone().requires_grad_() for t in tensors]
+    out = method(*tensors, mask)
+    out.backward(grad_out.to(out.dtype))
+    return [real_rows(out, mask), *(t.grad for t in tensors)]
+
+
+def relative_error(ours, reference):
+    ours, reference = ours.detach().double(), reference.detach().double()
+    return float((ours - reference).norm() / reference.norm())
+
+
+def reference_selection(q, k, mask, scaling, block_per_row, first_n=0, diagonal_n=0):
+    """select_blocks' choice (B, H, nb, nb) and the block counts, from the plain-PyTorch block means."""
+    nb = math.ceil(q.shape[2] / BS)
+    real = torch.nn.functional.pad(mask, (0, nb * BS - mask.shape[1]))
+    q, k = (torch.nn.functional.pad(t, (0, 0, 0, nb * BS - t.shape[2])).masked_fill(~real[:, None, :, None], 0) for t in (q, k))
+    q, k = (t.unflatten(2, (nb, BS)) for t in (q, k))
+    stats = mra.block_stats(q, k, k, real, scaling)
+    return mra.select_blocks(stats.logits, stats.counts, block_per_row, first_n, diagonal_n), stats
+
+
+def bitmap_pairs(bitmap):
+    """(B * H, nb, words) int32 bitmaps -> bool (B * H, nb, nb): bit y of row x."""
+    y = torch.arange(bitmap.shape[1], device=bitmap.device)
+    return ((bitmap[..., y // 32] >> (y % 32)) & 1).bool()
+
+
+# ----------------------------------------------------------------------------- the same function
+
+
+@pytest.mark.parametrize("name", METHODS)
+@pytest.mark.parametrize("options", [{}, PRIORS], ids=["budget", "priors"])
+def test_forward_and_gradients_equal_pairs_and_the_dense_formula(name, options):
+    q, k, v, mask = padded_case()
+    grad_out = torch.randn_like(q)
+    ours = outputs_and_gradients(make(name, **options), (q, k, v), mask, grad_out)
+    # The pairs backend in fp64 on the same inputs: the same selection, every part computed another way.
+    tensors64 = [t.double() for t in (q, k, v)]
+    pairs = outputs_and_gradients(make(name, backend="pairs", **options), tensors64, mask, grad_out.double())
+    for part, ours_part, pairs_part in zip(("out", "dq", "dk", "dv"), ours, pairs):
+        assert ours_part.dtype == torch.float32
+        assert relative_error(ours_part, pairs_part) < TOLERANCE[torch.float32], part
+    block_per_row, first_n, diagonal_n = (options.get(f"{key}", default) for key, default in (
+        ("block_per_row", 4), ("initial_prior_first_n_blocks", 0), ("initial_prior_diagonal_n_blocks", 0)))  # fmt: skip
+    expected = dense_mra_reference(*tensors64, mask, block_per_row, name == "mra2", first_n, diagonal_n, bs=BS)
+    assert relative_error(ours[0], expected) < TOLERANCE[torch.float32]
+    selected, stats = reference_selection(*tensors64[:2], mask, 16**-0.5, block_per_row, first_n, diagonal_n)
+    real = stats.counts > 0
+    assert not selected[(real[:, :, None] & real[:, None, :])[:, None].expand_as(selected)].all()  # an approximation
+    if options:  # the case the priors make: a query block holding real tokens without an exact block
+        assert (~selected.any(-1) & real[:, None, :]).any()
+
+
+def test_full_budget_is_exact_softmax_with_a_sequence_of_padding_only():
+    """At a budget of every pair (5 blocks, 5 per row; 3 real blocks in row 1, whose budget caps at
+    its 9 real pairs) the output and the gradients are exact softmax attention's (mra2: with no pair
+    left at low resolution it is mra2_s)."""
+    name = "mra2"
+    q, k, v = (torch.randn(3, 2, 75, 16) for _ in range(3))
+    mask = torch.ones(3, 75, dtype=torch.bool)
+    mask[1, 40:] = False
+    mask[2] = False
+    grad_out = torch.randn_like(q)
+    ours = outputs_and_gradients(make(name, block_per_row=5), (q, k, v), mask, grad_out)
+
+    def softmax(q, k, v, mask):
+        real = mask[:, None, :, None]
+        return softmax_reference(*(t.masked_fill(~real, 0) for t in (q, k, v)), mask).masked_fill(~real, 0)
+
+    expected = outputs_and_gradients(softmax, (q, k, v), mask, grad_out)
+    for part, ours_part, expected_part in zip(("out", "dq", "dk", "dv"), ours, expected):
+        torch.testing.assert_close(ours_part, expected_part, atol=1e-5, rtol=1e-5, msg=part)
+    assert not ours[0][2].any()
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"block_per_row": 2}, PRIORS, {"block_per_row": 2, "initial_prior_first_n_blocks": 1, "initial_prior_diagonal_n_blocks": 7}],
+    ids=["budget", "priors", "wide-priors"],  # wide: pairs with padding get two prior sets
+)
+def test_selection_bitmaps_equal_select_blocks_ties_included(options):
+    """Blocks of equal small integers make the block means and their products exact in both
+    computations, and tie many pairs: the pairs the kernels select equal select_blocks' choice bit
+    for bit (the budget of each sequence, priors first, ties at the budget's cut to the lowest
+    (query block, key block)), in both bitmaps; a sequence of padding only selects nothing."""
+    batch, heads, seq, dim, scaling = 3, 2, 88, 16, 0.25  # 5 blocks of 16 and one of 8 tokens
+    q, k, v = (torch.randint(-1, 2, (batch, heads, 6, dim)).float().repeat_interleave(BS, 2)[:, :, :seq] for _ in range(3))
+    mask = torch.ones(batch, seq, dtype=torch.bool)
+    mask[1, 37:] = False
+    mask[2] = False
+    q, k, v = (t.masked_fill(~mask[:, None, :, None], 0) for t in (q, k, v))
+    choice = [options.get(key, 0) for key in ("initial_prior_first_n_blocks", "initial_prior_diagonal_n_blocks")]
+    _, _, _, counts, bitmaps = mra_triton.mra_forward(q, k, v, mask, scaling, BS, options["block_per_row"], *choice, False)
+    expected, stats = reference_selection(q, k, mask, scaling, options["block_per_row"], *choice)
+    assert stats.logits.unique().numel() < stats.logits.numel() // 4  # many ties
+    assert torch.equal(counts, stats.counts.int())
+    assert torch.equal(bitmap_pairs(bitmaps[0]), expected.flatten(0, 1))
+    assert torch.equal(bitmap_pairs(bitmaps[1]), expected.transpose(-1, -2).flatten(0, 1))
+    assert not expected[2].any()
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_within_the_stated_tolerance(dtype, device):
+    """fp16/bf16 enter the exact blocks' matrix products as they are, probabilities rounded to the
+    dtype for their product with V: outputs and gradients within TOLERANCE of fp64 on the same
+    (rounded) inputs, in the input dtype (mra2: its kernels are mra2_s's and the low-resolution part)."""
+    name = "mra2"
+    if dtype == torch.bfloat16 and device.type != "cuda":
+        pytest.skip("Triton's interpreter multiplies bf16 matrix operands' raw bits (triton#11584)")
+    q, k, v, mask = padded_case(dtype=dtype)
+    grad_out = torch.randn(q.shape).to(dtype)
+    ours = outputs_and_gradients(make(name), (q, k, v), mask, grad_out)
+    reference = outputs_and_gradients(make(name, backend="pairs"), [t.double() for t in (q, k, v)], mask, grad_out.double())
+    for part, ours_part, reference_part in zip(("out", "dq", "dk", "dv"), ours, reference):
+        assert ours_part.dtype == dtype, part
+        assert torch.isfinite(ours_part).all(), part
+        assert relative_error(ours_part, reference_part) < TOLERANCE[dtype], part
+
+
+# ----------------------------------------------------------------------------- one graph, few launches
+
+
+def test_a_model_compiles_in_one_graph_and_equals_eager():
+    """torch.compile(fullgraph=True) traces a patched model through the custom operators (fake
+    implementations and autograd, no graph break); the compiled training step equals eager's."""
+    config = tiny_config("roberta", hidden_size=32, num_attention_heads=2, num_hidden_layers=1, hidden_dropout_prob=0.0)
+    attn_config = {"backend": "triton", "block_size": BS, "block_per_row": 2}
+    model = hea.AutoModel.from_config(config, attn_impl="mra2", attn_config=attn_config).train()
+    ids = torch.randint(5, 120, (2, 70))
+    mask = torch.ones(2, 70, dtype=torch.long)
+    mask[1, 45:] = 0
+    results = []
+    for run in (model, torch.compile(model, fullgraph=True, backend="aot_eager")):
+        model.zero_grad()
+        out = run(input_ids=ids, attention_mask=mask).last_hidden_state * mask[..., None]
+        out.square().sum().backward()
+        results.append((out, {name: p.grad for name, p in model.named_parameters() if p.grad is not None}))
+    (eager_out, eager_grads), (compiled_out, compiled_grads) = results
+    torch.testing.assert_close(compiled_out, eager_out, atol=1e-6, rtol=1e-5)
+    assert any("attention.self.query" in name for name in eager_grads) and eager_grads.keys() <= compiled_grads.keys()
+    for name, grad in compiled_grads.items():  # unused parameters (the pooler): None in eager, zero compiled
+        torch.testing.assert_close(grad, eager_grads.get(name, torch.zeros_like(grad)), atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("name, forward, backward", [("mra2", 5, 3), ("mra2_s", 4, 2)])
+def test_kernel_launches_per_call(name, forward, backward, monkeypatch):
+    """The forward launches the means, selection-key, bitmap, (low-resolution) and exact kernels once
+    each (besides one torch.topk and the bitmaps' zeroing), the backward the preprocess,
+    (low-resolution) and exact backward kernels once each, whatever the length."""
+    from hf_efficient_attn.methods import mra_triton_kernels as kernels
+
+    launches = []
+    for kernel_name in [n for n in dir(kernels) if n.endswith("_kernel")]:
+        kernel = getattr(kernels, kernel_name)
+        monkeypatch.setattr(
+            kernel, "run", lambda *a, _run=kernel.run, _n=kernel_name, **kw: launches.append(_n) or _run(*a, **kw)
+        )
+    q, k, v = (torch.randn(1, 1, 70, 16, requires_grad=True) for _ in range(3))
+    out = make(name, heads=1)(q, k, v)
+    assert len(launches) == forward and len(set(launches)) == forward, launches
+    out.sum().backward()
+    assert len(launches) == forward + backward and len(set(launches)) == forward + backward, launches
+
+
+# ----------------------------------------------------------------------------- what it supports
+
+
+def test_unsupported_inputs_are_refused_with_the_reason(monkeypatch, device):
+    q, k, v = (torch.randn(1, 2, 64, 16) for _ in range(3))
+    with pytest.raises(ValueError, match=r"^mra2: backend='triton' needs block_size in \[16, 32, 64, 128\]"):
+        make("mra2", block_size=7)(q, k, v)
+    with pytest.raises(ValueError, match=r"backend='triton' supports dtypes .*got torch.float64"):
+        make("mra2")(*(t.double() for t in (q, k, v)))
+    with pytest.raises(ValueError, match=r"backend='triton' supports head sizes up to 256, got 320"):
+        make("mra2", dim=320)(*(torch.randn(1, 2, 64, 320) for _ in range(3)))
+    if device.type == "cpu":
+        monkeypatch.setattr(mra_triton, "kernels_interpreted", lambda: False)
+        with pytest.raises(ValueError, match=r"backend='triton' runs on CUDA \(on cpu only under Triton's interpreter"):
+            make("mra2")(q, k, v)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_the_kernels_compile_for_hopper_without_a_gpu(dtype):
+    """Triton's own compiler builds every kernel for sm_90 (the H100/H200) here, without a GPU: what
+    the interpreter does not check (constexpr globals, layouts, register allocation by ptxas)."""
+    environment = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
+    command = [sys.executable, "-m", "hf_efficient_attn.tools.triton_kernels", "--arch", "90", "--dtype", dtype]
+    result = subprocess.run(command, capture_output=True, text=True, env=environment, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    compiled = re.findall(r"^(\w+_kernel): registers \d+", result.stdout, flags=re.MULTILINE)
+    assert len(set(compiled)) == 8, result.stdout
