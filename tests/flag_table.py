@@ -27,6 +27,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT_MAINS = {
     "benchmark": "hf_efficient_attn.tools.benchmark.cli",
     "compare_methods": "hf_efficient_attn.tasks.mlm.compare",
+    "convert_checkpoint": "hf_efficient_attn.tasks.convert_released",
     "convert_to_long": "hf_efficient_attn.tasks.convert",
     "demo": "hf_efficient_attn.tools.demo",
     "encode_onnx": "hf_efficient_attn.serving.encode_cli",
@@ -129,6 +130,7 @@ TEST_PACKING = "tests/test_packing.py::"
 TEST_PATCHING = "tests/test_patching.py::"
 TEST_PRESETS = "tests/test_presets.py::"
 TEST_PROVENANCE = "tests/test_provenance.py::"
+TEST_RELEASED = "tests/test_released_checkpoints.py::"
 TEST_WIKIHOP_CLI = "tests/test_wikihop_cli.py::"
 
 #: The model flags (ModelArguments) of the training scripts and convert_to_long, read by shared code.
@@ -216,6 +218,14 @@ FLAG_TESTS: dict[str, dict[str, str]] = {
         "do_eval": TEST_FLAGS_MODEL_TRAINING + "test_training_flags_reach_the_trainer",
         "do_predict": TEST_FLAGS_MODEL_TRAINING + "test_run_flags_are_read_before_loading",
         "resume_from_checkpoint": TEST_FLAGS_MODEL_TRAINING + "test_run_flags_are_read_before_loading",
+    },
+    "convert_checkpoint": {
+        "model_name_or_path": TEST_RELEASED + "test_convert_script_writes_a_variant_that_reloads_as_itself",
+        "output_dir": TEST_RELEASED + "test_convert_script_writes_a_variant_that_reloads_as_itself",
+        "base_model": TEST_RELEASED + "test_convert_script_writes_a_variant_that_reloads_as_itself",
+        "auto_class": TEST_RELEASED + "test_convert_script_flags_choose_the_class_and_the_method",
+        "attn_impl": TEST_RELEASED + "test_convert_script_flags_choose_the_class_and_the_method",
+        "attn_config": TEST_RELEASED + "test_convert_script_flags_choose_the_class_and_the_method",
     },
     "convert_to_long": {
         **MODEL_FLAG_TESTS,

@@ -62,6 +62,7 @@ def test_every_module_is_in_a_known_area():
         "tools",
         "tasks.common",
         "tasks.convert",
+        "tasks.convert_released",
         "tasks.mlm",
         "tasks.glue",
         "tasks.wikihop",

@@ -84,6 +84,24 @@ def test_iterative_pinv_matches_torch_pinv():
     torch.testing.assert_close(iterative_pinv(mixed, 6)[0], iterative_pinv(softmax_matrices[:1], 6)[0])
 
 
+def test_the_heads_coefficient_is_the_official_one_for_a_sequence_and_keeps_sequences_apart():
+    """pinv_coefficient="heads": Z_0 = A^T / (largest column sum over the heads of the sequence), written
+    out here; per matrix it differs; and a sequence's result does not depend on the others in its batch."""
+    a = torch.randn(2, 3, 5, 5, dtype=torch.float64).softmax(-1)
+    first_step = iterative_pinv(a, 0, coefficient_over_heads=True)
+    expected = a.transpose(-1, -2) / a.sum(-2).amax(-1).amax(-1)[:, None, None, None]
+    torch.testing.assert_close(first_step, expected)
+    assert not torch.allclose(iterative_pinv(a, 0), expected)
+    alone = iterative_pinv(a[1:], 6, coefficient_over_heads=True)
+    torch.testing.assert_close(iterative_pinv(a, 6, coefficient_over_heads=True)[1:], alone)
+    method = build_method(
+        MethodChoice.of("nystromformer", {"num_landmarks": 4, "pinv_coefficient": "heads"}), AttentionShape(3, 8, 64)
+    )
+    q, k, v = (torch.randn(1, 3, 32, 8, dtype=torch.float64) for _ in range(3))
+    per_matrix = build_method(MethodChoice.of("nystromformer", {"num_landmarks": 4}), AttentionShape(3, 8, 64))
+    assert (method(q, k, v) - per_matrix(q, k, v)).abs().max() > 1e-6  # the option reaches the method
+
+
 def test_padding_on_either_side_keeps_real_outputs_and_mixed_batches():
     """A sequence gives the same real outputs alone, right-padded or left-padded; in the same
     batch a sequence of at most m real tokens gets exact attention."""

@@ -9,6 +9,9 @@ like any other weight and Transformers' own load report lists the missing ones a
 The same registration makes plain ``transformers.AutoModel*.from_pretrained`` (and so pipelines and
 sentence-transformers) load a saved variant as its method.
 
+A checkpoint saved by Transformers' ``Mra*``, ``Yoso*`` or ``Nystromformer*`` classes (the seed papers'
+released models) loads as the BERT model running the method its config records (``released.py``).
+
 Which method runs:
 
 - ``attn_impl=`` names it; without it, the method saved in the checkpoint's config is restored, and a
@@ -26,11 +29,12 @@ import os
 from typing import Any
 
 import transformers
-from transformers import AutoConfig, PretrainedConfig, PreTrainedModel
+from transformers import AutoConfig, BertConfig, PretrainedConfig, PreTrainedModel
 
 from ..registry import MethodChoice, method_named_by, resolve_method
 from .bridge import SELF_ATTENTION_CLASSES, check_supported
 from .patching import efficient_class
+from .released import RELEASED_MODEL_TYPES, bert_config, check_heads, converted_state_dict, read_state_dict
 
 #: The auto classes with ``attn_impl=`` (one ``hea.AutoModel*`` each, and the ``auto_map`` of a shared
 #: variant's remote code), with Transformers' mapping of config class -> model class (``<mapping>_NAMES``:
@@ -108,6 +112,13 @@ class _EfficientAutoModel:
             config = copy.deepcopy(config)  # as Transformers' from_pretrained, the caller's config is left as it was
         else:
             config, kwargs = AutoConfig.from_pretrained(config or path, return_unused_kwargs=True, **hub_kwargs, **kwargs)
+        model_class = cls._auto_class
+        if config.model_type in RELEASED_MODEL_TYPES:  # a paper's release: a BERT model with its method (released.py)
+            model_type, config = config.model_type, bert_config(config)  # its fields checked before any weight is read
+            state_dict = converted_state_dict(read_state_dict(path, **hub_kwargs), model_type)
+            check_heads(state_dict, cls._auto_class.__name__, model_type)
+            path, kwargs["state_dict"] = None, state_dict
+            model_class = getattr(transformers, AUTO_CLASSES[cls._auto_class.__name__])[BertConfig]  # its efficient class
         choice = chosen_method(config, attn_impl, attn_config, attn_implementation)
         if choice is not None:  # the model patches itself with it while it is built (patching.py)
             config.attn_impl, config.attn_config = choice.name, choice.attn_config
@@ -115,7 +126,7 @@ class _EfficientAutoModel:
             attn_implementation = choice.name
         if attn_implementation is not None:
             model_kwargs["attn_implementation"] = attn_implementation
-        return cls._auto_class.from_pretrained(path, *model_args, config=config, **hub_kwargs, **model_kwargs, **kwargs)
+        return model_class.from_pretrained(path, *model_args, config=config, **hub_kwargs, **model_kwargs, **kwargs)
 
     @classmethod
     def from_config(

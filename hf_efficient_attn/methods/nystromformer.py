@@ -20,6 +20,7 @@ from .base import (
     MethodOptions,
     Paper,
     apply_value_conv,
+    check_choice,
     check_int,
     compute_dtype,
     depthwise_value_conv,
@@ -27,7 +28,9 @@ from .base import (
 )
 
 
-def iterative_pinv(mat: torch.Tensor, iterations: int, spectral_norm_at_most_one: bool = False) -> torch.Tensor:
+def iterative_pinv(
+    mat: torch.Tensor, iterations: int, spectral_norm_at_most_one: bool = False, coefficient_over_heads: bool = False
+) -> torch.Tensor:
     """Moore-Penrose pseudo-inverse of square matrices (..., m, m) by the order-3 iteration of
     Razavi et al. (2014) used by Nystromformer (Xiong et al. 2021, section 3) and Skyformer
     (Chen et al., NeurIPS 2021, section 4.4).
@@ -41,10 +44,16 @@ def iterative_pinv(mat: torch.Tensor, iterations: int, spectral_norm_at_most_one
     singular A; the error I - A Z_j of an eigen-direction shrinks as (1 - x)^3 (4 - x) / 4.
     (For an exactly singular A, rounding errors outside its range grow by 13/4 per step, so
     far more iterations than convergence needs drift away from A^+.)
+
+    ``coefficient_over_heads`` (mat (B, H, m, m)): Z_0 = A^T / (the largest column sum over the H
+    heads of each sequence), the official Nystromformer code's coefficient for a call on one
+    sequence (it takes it over the whole batch), which released checkpoints were trained with.
     """
     eye = torch.eye(mat.shape[-1], dtype=mat.dtype, device=mat.device)
     bound = mat.abs().sum(-2).amax(-1)  # ||A||_1, the largest column sum
-    if not spectral_norm_at_most_one:
+    if coefficient_over_heads:
+        bound = bound.amax(1, keepdim=True)
+    elif not spectral_norm_at_most_one:
         bound = bound * mat.abs().sum(-1).amax(-1)  # times ||A||_inf, the largest row sum
     z = mat.transpose(-1, -2) / bound[..., None, None]
     for _ in range(iterations):
@@ -91,9 +100,11 @@ def nystrom_attention(
     scaling: float,
     num_landmarks: int,
     pinv_iterations: int,
+    pinv_over_heads: bool = False,
 ) -> torch.Tensor:
     """F A^+ (B V) with segment-mean landmarks, or F V for sequences of at most m real tokens
-    (module docstring). q, k, v (B, H, N, D); returns (B, H, N, D)."""
+    (module docstring). q, k, v (B, H, N, D); returns (B, H, N, D). ``pinv_over_heads``: the
+    pseudo-inverse's initial coefficient over the heads of each sequence (:func:`iterative_pinv`)."""
     batch, _, seq_len, _ = q.shape
     pool, used = segment_means_pooling(key_padding_mask, (batch, seq_len), num_landmarks, q.dtype, q.device)
     pool = pool[:, None]  # (B, 1, m, N), shared by the heads
@@ -111,10 +122,13 @@ def nystrom_attention(
     kernel_a = masked_softmax(q_landmarks @ k_landmarks.transpose(-1, -2), used_cols)  # (B, H, m, m)
     keys = None if key_padding_mask is None else key_padding_mask[:, None, None, :]
     kernel_b = masked_softmax(q_landmarks @ k.transpose(-1, -2), keys)  # (B, H, m, N)
-    out = kernel_f @ (iterative_pinv(kernel_a, pinv_iterations) @ (kernel_b @ v))
+    out = kernel_f @ (iterative_pinv(kernel_a, pinv_iterations, coefficient_over_heads=pinv_over_heads) @ (kernel_b @ v))
     if eager and not bool(short.any()):
         return out
     return torch.where(short, kernel_f @ (pool @ v), out)
+
+
+PINV_COEFFICIENTS = ("matrix", "heads")
 
 
 @dataclass
@@ -127,6 +141,16 @@ class NystromformerOptions(MethodOptions):
     )
     pinv_iterations: int = field(
         default=6, metadata={"help": ("Iterations of the pseudo-inverse (paper section 3, official `iterative_inv(n_iter=6)`).")}
+    )
+    pinv_coefficient: str = field(
+        default="matrix",
+        metadata={
+            "help": (
+                'Initial coefficient of the pseudo-inverse: `"matrix"`, 1 / (‖A‖₁ ‖A‖∞) per matrix (Razavi et '
+                'al.); `"heads"`, 1 / (largest column sum over the heads of each sequence), the official code\'s for one '
+                "sequence, which released checkpoints were trained with (docs/released_checkpoints.md)."
+            )
+        },
     )
     conv_kernel_size: int | None = field(
         default=None,
@@ -141,6 +165,7 @@ class NystromformerOptions(MethodOptions):
     def validate(self) -> None:
         check_int("num_landmarks", self.num_landmarks, 1)
         check_int("pinv_iterations", self.pinv_iterations, 0)
+        check_choice("pinv_coefficient", self.pinv_coefficient, PINV_COEFFICIENTS)
         size = self.conv_kernel_size
         if size is None or (size == 0 and not isinstance(size, bool)):
             return
@@ -168,7 +193,8 @@ class Nystromformer(AttentionMethod):
         dtype = compute_dtype(q)  # softmax, pseudo-inverse and segment sums in fp32 for fp16 / bf16
         q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
         opts = self.options
-        out = nystrom_attention(q, k, v, key_padding_mask, scaling, opts.num_landmarks, opts.pinv_iterations)
+        over_heads = opts.pinv_coefficient == "heads"
+        out = nystrom_attention(q, k, v, key_padding_mask, scaling, opts.num_landmarks, opts.pinv_iterations, over_heads)
         if self.conv is not None:
             out = out + apply_value_conv(self.conv, v)
         return out

@@ -265,6 +265,63 @@ MUTATIONS: list[Mutation] = [
         (T + "test_mra_triton.py::-k dense_formula",),
         "triton: MRA-2's backward leaves out the low-resolution part",
     ),
+    # ---- the papers' released checkpoints (integration/released.py) -----------------------------------------
+    Mutation(
+        P + "integration/released.py",
+        "POSITION_OFFSET = 2",
+        "POSITION_OFFSET = 1",
+        (T + "test_released_checkpoints.py::-k equals_transformers",),
+        "released: positions shifted by one",
+    ),
+    Mutation(
+        P + "integration/released.py",
+        '"pinv_coefficient": "matrix" if config.inv_coeff_init_option else "heads",',
+        '"pinv_coefficient": "matrix",',
+        (T + "test_released_checkpoints.py::-k equals_transformers_where",),
+        "released: Nystromformer's pseudo-inverse coefficient per matrix, not the checkpoint's",
+    ),
+    Mutation(
+        P + "integration/released.py",
+        'return MethodChoice.of("yoso_e", {"hash_code_len": config.hash_code_len, "conv_window": config.conv_window})',
+        'return MethodChoice.of("yoso_e", {"hash_code_len": config.hash_code_len})',
+        (T + "test_released_checkpoints.py::-k every_weight_mapped",),
+        "released: YOSO's convolution dropped",
+    ),
+    Mutation(
+        P + "integration/released.py",
+        '"initial_prior_diagonal_n_blocks": config.initial_prior_diagonal_n_blocks,',
+        '"initial_prior_diagonal_n_blocks": 0,',
+        (T + "test_released_checkpoints.py::-k every_weight_mapped",),
+        "released: MRA's diagonal prior ignored",
+    ),
+    Mutation(
+        P + "integration/released.py",
+        "    if key in state_dict:\n        raise ValueError(",
+        "    if False:\n        raise ValueError(",
+        (T + "test_released_checkpoints.py::-k classification_head_is_refused",),
+        "released: a gelu classification head loaded into BERT's tanh head",
+    ),
+    Mutation(
+        P + "integration/released.py",
+        "        if not _known(name):\n",
+        "        if False:\n",
+        (T + "test_released_checkpoints.py::-k unknown_weight",),
+        "released: an unknown weight passes silently",
+    ),
+    Mutation(
+        P + "tasks/convert_released.py",
+        "    write_provenance(output_dir, source_record(model_name_or_path, base_model), stage)",
+        "    write_provenance(output_dir, source_record(model_name_or_path), stage)",
+        (T + "test_released_checkpoints.py::-k reloads_as_itself",),
+        "convert_checkpoint.py: --base_model not recorded",
+    ),
+    Mutation(
+        P + "methods/nystromformer.py",
+        "        bound = bound.amax(1, keepdim=True)",
+        "        bound = bound + 0",
+        (T + "test_nystromformer.py::-k heads_coefficient",),
+        "nystromformer: the heads coefficient taken per matrix",
+    ),
     # ---- the public API's side effects and error branches -------------------------------------------------
     Mutation(
         P + "integration/auto.py",
