@@ -129,6 +129,23 @@ def test_loads_as_bert_running_the_recorded_method_with_every_weight_mapped(name
     assert set(info["missing_keys"]) == {"pooler.dense.weight", "pooler.dense.bias"}  # BERT's, MraModel has none
 
 
+@pytest.mark.parametrize("auto_class", ["AutoModelForSequenceClassification", "AutoModelForMultipleChoice"])
+def test_a_released_masked_lm_gets_berts_new_task_heads(auto_class, released):
+    """The released models are masked-LM checkpoints: a classifier or multiple-choice model built from
+    one keeps every encoder weight and gets BERT's new head (and pooler); only the MLM head is unused."""
+    folder, original = released("mra")
+    model, info = getattr(hea, auto_class).from_pretrained(folder, output_loading_info=True)
+    assert model.config.attn_impl == "mra2"
+    assert set(info["missing_keys"]) == {
+        "bert.pooler.dense.weight",
+        "bert.pooler.dense.bias",
+        "classifier.weight",
+        "classifier.bias",
+    }
+    assert info["unexpected_keys"] and all(key.startswith("cls.predictions.") for key in info["unexpected_keys"])
+    torch.testing.assert_close(model.bert.embeddings.word_embeddings.weight, original.mra.embeddings.word_embeddings.weight)
+
+
 @pytest.mark.parametrize("auto_class", HEADS)
 @pytest.mark.parametrize("name, length", [("nystromformer", 64), ("yoso-e", 100)])
 def test_equals_transformers_where_transformers_is_right(name, length, auto_class, released):
