@@ -198,11 +198,6 @@ def test_quickstart_flags_reach_their_steps(tmp_path, monkeypatch):
     monkeypatch.setattr(quickstart.mlm, "main", trained("mlm"))
     monkeypatch.setattr(quickstart.glue, "main", trained("glue"))
     monkeypatch.setattr(quickstart, "push_variant", lambda *args, **kwargs: calls.setdefault("push", (args, kwargs)))
-    monkeypatch.setattr(
-        quickstart,
-        "write_sentence_transformers_files",
-        lambda folder, length: calls.setdefault("sentence_transformers", []).append((folder, length)),
-    )
     out = str(tmp_path / "qs")
     quickstart.main(["--output_dir", out, "--attn_impl", "yoso", "--attn_config", '{"num_hash": 4}', "--max_length",
                      "640", "--mlm_steps", "3", "--finetune_length", "96", "--finetune_epochs", "5"])  # fmt: skip
@@ -218,7 +213,6 @@ def test_quickstart_flags_reach_their_steps(tmp_path, monkeypatch):
     assert value_of(mlm, "--output_dir") == value_of(glue, "--model_name_or_path") == folder["2-mlm"]
     assert (value_of(glue, "--max_seq_length"), value_of(glue, "--num_train_epochs")) == ("96", "5")
     assert value_of(glue, "--output_dir") == folder["3-newsgroups"]
-    assert calls["sentence_transformers"] == [(folder["1-long"], 640), (folder["2-mlm"], 640)]
     assert calls["push"] == ((folder["3-newsgroups"], "your-name"), {"dry_run": folder["4-upload"]})
 
 

@@ -66,13 +66,14 @@ def test_a_new_task_head_is_one_line_and_a_body_difference_the_full_report(mlm_f
 
 
 def test_sentence_transformers_loads_a_quickstart_folder_without_missing_weights(mlm_folder, transformers_log):
-    """The folder's sentence-transformers files (written by the quickstart) build all-MiniLM-L6-v2's
-    pipeline on it: no pooler reported missing, and the embedding is the mean-pooled, unit-norm
-    last hidden state of the model loaded with hea."""
+    """all-MiniLM-L6-v2's sentence-transformers pipeline copied beside a masked-LM model (as the
+    quickstart's convert and MLM steps do) builds on it: no pooler reported missing, and the embedding
+    is the mean-pooled, unit-norm last hidden state of the model loaded with hea."""
     sentence_transformers = pytest.importorskip("sentence_transformers")
-    from hf_efficient_attn.tools.quickstart import write_sentence_transformers_files
+    from hf_efficient_attn.tasks.common.sentence_pipeline import copy_pipeline
+    from hf_efficient_attn.tools.minilm import minilm_path
 
-    write_sentence_transformers_files(mlm_folder, 512)
+    copy_pipeline(str(minilm_path()), mlm_folder, 512)
     encoder = sentence_transformers.SentenceTransformer(mlm_folder, device="cpu")
     printed = "\n".join(transformers_log)
     assert "MISSING" not in printed and "pooler" not in printed, printed

@@ -20,6 +20,7 @@ import hf_efficient_attn as hea
 from ..integration.positions import max_tokens
 from ..tasks.common.args import check_model_source
 from ..tasks.common.provenance import read_provenance, source_record
+from ..tasks.common.sentence_pipeline import copy_pipeline
 from .card import build_model_card
 from .remote_code import auto_class_for, write_remote_code
 
@@ -208,4 +209,5 @@ def prepare_upload(
         trainer_state=find_trainer_state(local_dir, results_dir),
         provenance=provenance,
     )
+    copy_pipeline(model_dir, str(folder))  # a sentence-transformers model's pooling, normalisation, ...
     return repo_id

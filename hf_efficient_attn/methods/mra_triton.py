@@ -96,6 +96,13 @@ def _head_tile(head_dim: int) -> int:
     return max(16, 1 << (head_dim - 1).bit_length())
 
 
+def _block_warps(block_size: int, block_d: int) -> int:
+    """Warps of the exact blocks' kernels: 4 up to a 64 x 64 tile of a block, 8 beyond (ptxas, Triton 3.9,
+    sm_90, bf16: blocks of 128 with heads of 128 spill 8.6 kB a thread in the backward with 4, 2.3 kB with
+    8; fp32 tiles that large spill tens of kB either way). Not yet timed on a GPU."""
+    return 4 if block_size * block_d <= 64 * 64 else 8
+
+
 def _precision(dtype: torch.dtype) -> str:
     """``tl.dot``'s input precision: IEEE for fp32 (not TF32's 10-bit mantissa); half types are exact."""
     return "ieee" if dtype == torch.float32 else "tf32"
@@ -180,7 +187,7 @@ def launch_forward(
     exact_forward_kernel[(blocks, batch_heads)](
         q, k, v, real, bitmaps, low_out, low_lse, out, lse, *q.stride(), *k.stride(), *v.stride(), *out.stride(),
         scaling, heads, length, blocks, words, head_dim, HAS_MASK=has_mask, LOW_RESOLUTION=low_resolution,
-        PRECISION=_precision(q.dtype), BS=block_size, BLOCK_D=block_d,
+        PRECISION=_precision(q.dtype), BS=block_size, BLOCK_D=block_d, num_warps=_block_warps(block_size, block_d),
     )  # fmt: skip
     return out, lse, means, counts, bitmaps
 
@@ -264,6 +271,7 @@ def launch_backward(
         *q.stride(), *k.stride(), *v.stride(), *grad_out.stride(), *dq.stride(),
         plane, bitmap_plane, scaling, heads, length, blocks, words, head_dim,
         HAS_MASK=has_mask, LOW_RESOLUTION=low_resolution, PRECISION=_precision(q.dtype), BS=block_size, BLOCK_D=block_d,
+        num_warps=_block_warps(block_size, block_d),
     )  # fmt: skip
     return dq, dk, dv
 

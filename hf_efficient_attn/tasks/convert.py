@@ -26,6 +26,7 @@ from ..integration.patching import patch_model
 from ..integration.positions import check_max_length, extend_position_embeddings, max_tokens
 from .common.loading import HeldBackLoadReport, expected_differences
 from .common.provenance import source_record, write_provenance
+from .common.sentence_pipeline import copy_pipeline
 
 
 @dataclass
@@ -39,6 +40,8 @@ class ConversionReport:
     attn_config: dict[str, Any]
     new_head_tensors: list[str] = field(default_factory=list)
     output_dir: str | None = None
+    #: The sentence-transformers modules carried over (None: the checkpoint had no pipeline).
+    sentence_pipeline: list[str] | None = None
 
     def lines(self) -> list[str]:
         if self.tokens_after > self.tokens_before:
@@ -57,6 +60,11 @@ class ConversionReport:
                 f"{', '.join(self.new_head_tensors)}); continue MLM pretraining (scripts/pretrain_mlm.py) to train it"
             )
         lines.append(f"tokenizer: model_max_length = {self.tokens_after}")
+        if self.sentence_pipeline:
+            lines.append(
+                f"sentence-transformers pipeline: kept ({' -> '.join(self.sentence_pipeline)}), max_seq_length = "
+                f"{self.tokens_after}"
+            )
         if self.output_dir:
             lines.append(f"saved model and tokenizer to {self.output_dir}")
         return lines
@@ -145,6 +153,7 @@ def convert_to_long(
     if output_dir is not None:
         model.save_pretrained(output_dir)
         tokenizer.save_pretrained(output_dir)
+        report.sentence_pipeline = copy_pipeline(model_name_or_path, output_dir, report.tokens_after, **hub_kwargs)
         stage = {"stage": "conversion", "script": "convert_to_long.py", "model": model_name_or_path,
                  **{key: value for key, value in asdict(report).items() if key != "output_dir"}}  # fmt: skip
         write_provenance(output_dir, source_record(model_name_or_path, base_model, **hub_kwargs), stage)

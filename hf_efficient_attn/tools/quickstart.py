@@ -164,18 +164,6 @@ def save_state(output_dir: str, records: dict[str, dict[str, Any]], done: list[s
     os.replace(path + ".tmp", path)
 
 
-def write_sentence_transformers_files(folder: str, max_length: int) -> None:
-    """Make ``folder`` (a masked-LM variant of all-MiniLM-L6-v2) load in sentence-transformers as
-    that checkpoint's pipeline (mean pooling, normalisation), with its encoder built without the
-    pooler layer: a masked-LM model has none, and mean pooling does not use it."""
-    source = minilm_path()
-    shutil.copy(os.path.join(source, "modules.json"), folder)
-    shutil.copytree(os.path.join(source, "1_Pooling"), os.path.join(folder, "1_Pooling"), dirs_exist_ok=True)
-    config = {"max_seq_length": max_length, "do_lower_case": False, "model_args": {"add_pooling_layer": False}}
-    with open(os.path.join(folder, "sentence_bert_config.json"), "w") as f:
-        json.dump(config, f, indent=2)
-
-
 def _results(folder: str) -> dict[str, Any]:
     with open(os.path.join(folder, "all_results.json")) as f:
         return json.load(f)
@@ -243,7 +231,6 @@ def _steps(folder: dict[str, str], settings: dict[str, Any]) -> dict[str, tuple[
     def convert() -> None:
         *_, report = convert_to_long(minilm_path(), max_length, attn_impl, attn_config, output_dir=folder["1-long"],
                                      base_model=BASE_MODEL)  # fmt: skip
-        write_sentence_transformers_files(folder["1-long"], max_length)
         print("\n".join(report.lines()))
 
     def pretrain(progress: TrainerCallback) -> None:
@@ -255,7 +242,6 @@ def _steps(folder: dict[str, str], settings: dict[str, Any]) -> dict[str, tuple[
             *_trainer_flags(folder["2-mlm"], max_steps=mlm_steps, per_device_train_batch_size=2, learning_rate=3e-4,
                             warmup_steps=2, per_device_eval_batch_size=4),
         ], callbacks=[progress])  # fmt: skip
-        write_sentence_transformers_files(folder["2-mlm"], max_length)
 
     def finetune(progress: TrainerCallback) -> None:
         glue.main([

@@ -119,13 +119,6 @@ MUTATIONS: list[Mutation] = [
         (T + "test_quiet_loading.py::-k task_head",),
         "the training scripts print the LOAD REPORT of a new head",
     ),
-    Mutation(
-        P + "tools/quickstart.py",
-        '"model_args": {"add_pooling_layer": False}',
-        '"model_args": {}',
-        (T + "test_quiet_loading.py::-k sentence_transformers",),
-        "sentence-transformers reports the quickstart model's pooler as missing",
-    ),
     # ---- the quickstart's reused steps -----------------------------------------------------------------------------
     Mutation(
         P + "tools/quickstart.py",

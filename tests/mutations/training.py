@@ -332,4 +332,33 @@ MUTATIONS: list[Mutation] = [
         (T + "test_provenance.py::-k global_batch",),
         "accumulation left out of the recorded batch size",
     ),
+    # ---- a sentence-transformers pipeline carried along (tasks/common/sentence_pipeline.py) -----------------
+    Mutation(
+        P + "tasks/common/sentence_pipeline.py",
+        '        settings["max_seq_length"] = max_seq_length',
+        "        pass",
+        (T + "test_sentence_pipeline.py::-k keeps_the_pipeline_and_its_embeddings",),
+        "a stretched sentence encoder keeps the old max_seq_length",
+    ),
+    Mutation(
+        P + "tasks/common/sentence_pipeline.py",
+        '    model_args["add_pooling_layer"] = _saved_model_has_pooler(destination)',
+        '    model_args["add_pooling_layer"] = True',
+        (T + "test_sentence_pipeline.py::-k continued_pretraining", T + "test_quiet_loading.py::-k sentence_transformers"),
+        "the pipeline builds a pooler the masked-LM model does not have",
+    ),
+    Mutation(
+        P + "hub/export.py",
+        "    copy_pipeline(model_dir, str(folder))",
+        "    pass",
+        (T + "test_sentence_pipeline.py::-k upload_folder",),
+        "the Hub upload folder drops the sentence-transformers pipeline",
+    ),
+    Mutation(
+        P + "tasks/mlm/pretrain.py",
+        "            copy_pipeline(model_args.model_name_or_path, training_args.output_dir, **model_args.hub_kwargs())",
+        "            pass",
+        (T + "test_sentence_pipeline.py::-k continued_pretraining",),
+        "continued pretraining drops the sentence-transformers pipeline",
+    ),
 ]

@@ -45,6 +45,7 @@ from ..common.loss import global_mean_loss
 from ..common.masking import DeterministicallyMaskedDataset, MaskingEpochCallback
 from ..common.metrics import masked_token_accuracy, predicted_tokens
 from ..common.packing import flattening_collator
+from ..common.sentence_pipeline import copy_pipeline
 
 if TYPE_CHECKING:
     from transformers import Trainer
@@ -193,6 +194,8 @@ def run_mlm(
     if train_metrics is not None:
         record_stage(trainer, model_args, data_args, "masked-LM pretraining", "pretrain_mlm.py", seq_len,
                      train_metrics, eval_metrics)  # fmt: skip
+        if trainer.is_world_process_zero():  # the same encoder, trained on: a sentence encoder stays one
+            copy_pipeline(model_args.model_name_or_path, training_args.output_dir, **model_args.hub_kwargs())
     tokens_per_example = mean_length(train_set.examples) if train_set is not None else None
     line = summary_line(model, train_metrics, tokens_per_example, eval_metrics, metric_label="masked-token accuracy")
     if trainer.is_world_process_zero():
