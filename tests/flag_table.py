@@ -140,7 +140,7 @@ MODEL_FLAG_TESTS = {
     "config_name": TEST_FLAGS_MODEL_TRAINING + "test_local_model_flags_reach_what_they_name",
     "tokenizer_name": TEST_FLAGS_MODEL_TRAINING + "test_local_model_flags_reach_what_they_name",
     "cache_dir": TEST_FLAGS_MODEL_TRAINING + "test_revision_cache_dir_and_token_reach_config_tokenizer_and_weights",
-    "use_fast_tokenizer": TEST_FLAGS_MODEL_TRAINING + "test_local_model_flags_reach_what_they_name",
+    "use_fast_tokenizer": TEST_FLAGS_MODEL_TRAINING + "test_use_fast_tokenizer_false_is_refused_as_transformers_5_ignores_it",
     "model_revision": TEST_FLAGS_MODEL_TRAINING + "test_revision_cache_dir_and_token_reach_config_tokenizer_and_weights",
     "token": TEST_FLAGS_MODEL_TRAINING + "test_revision_cache_dir_and_token_reach_config_tokenizer_and_weights",
     "trust_remote_code": TEST_FLAGS_MODEL_TRAINING + "test_local_model_flags_reach_what_they_name",

@@ -176,8 +176,8 @@ def spy_loaders(monkeypatch) -> dict[str, list[dict]]:
 @pytest.mark.parametrize("script", [*TRAINING, "convert_to_long"])
 def test_local_model_flags_reach_what_they_name(script, workspace, tmp_path, monkeypatch):
     """--config_name gives the config, --tokenizer_name the tokenizer (the data are encoded with it),
-    --model_name_or_path the weights, --attn_impl/--attn_config the method; --trust_remote_code and
-    --use_fast_tokenizer reach every load that takes them."""
+    --model_name_or_path the weights, --attn_impl/--attn_config the method; --trust_remote_code
+    reaches every load."""
     calls = spy_loaders(monkeypatch)
     method = ["--attn_config", '{"mra2": {"block_size": 16}}'] if script == "compare_methods" else [
         "--attn_impl", "mra2", "--attn_config", '{"block_size": 16}']  # fmt: skip
@@ -188,8 +188,6 @@ def test_local_model_flags_reach_what_they_name(script, workspace, tmp_path, mon
         workspace["config"],
         "--tokenizer_name",
         workspace["tokenizer"],
-        "--use_fast_tokenizer",
-        "false",
         "--trust_remote_code",
         "true",
         *method,
@@ -201,7 +199,21 @@ def test_local_model_flags_reach_what_they_name(script, workspace, tmp_path, mon
     assert torch.equal(weight, saved_query_weight(workspace["model"]))
     assert (config.attn_impl, config.attn_config["block_size"]) == ("mra2", 16)
     assert all(calls.values()) and all(call["trust_remote_code"] is True for kind in calls for call in calls[kind])
-    assert all(call["use_fast"] is False for call in calls["tokenizer"])
+
+
+@pytest.mark.parametrize("script", [*TRAINING, "convert_to_long"])
+def test_use_fast_tokenizer_false_is_refused_as_transformers_5_ignores_it(script, workspace, tmp_path, monkeypatch):
+    """Transformers 5's AutoTokenizer always loads the fast tokenizer (it drops use_fast): false is refused
+    before anything loads, with the way out; true (the default) loads as before."""
+    flags = ["--model_name_or_path", workspace["model"], "--use_fast_tokenizer", "false"]
+    message = r"^--use_fast_tokenizer false has no effect with Transformers 5, .*leave the flag out"
+    with monkeypatch.context() as patched, pytest.raises(ValueError, match=message):
+        patched.setattr(T.AutoConfig, "from_pretrained", lambda *a, **k: pytest.fail("loaded before the check"))
+        if script == "convert_to_long":
+            convert_main([*flags, "--output_dir", str(tmp_path / "out")])
+        else:
+            MAINS[script](script_args(script, workspace, tmp_path / "out", "--do_train", *flags))
+    assert T.AutoTokenizer.from_pretrained(workspace["model"]).is_fast  # the default: what Transformers 5 loads
 
 
 def test_tokenizer_name_encodes_the_data(workspace, tmp_path, monkeypatch):
@@ -290,7 +302,9 @@ def test_do_flags_choose_the_stages(script, flags, stage, workspace, tmp_path, m
         *[(script, ["--do_train", "--dataloader_num_workers", "2", "--dataloader_persistent_workers", "true"],
            "--dataloader_persistent_workers keeps each worker's copy")
           for script in ("pretrain_mlm", "compare_methods")],
-        ("pretrain_mlm", ["--do_predict"], "nothing to do: pass --do_train and/or --do_eval$"),
+        ("pretrain_mlm", [], "nothing to do: pass --do_train and/or --do_eval$"),
+        *[(script, ["--do_train", "--do_predict"], "--do_predict: this script has no prediction stage; it runs --do_train "
+           "and/or --do_eval$") for script in ("pretrain_mlm", "compare_methods")],
         ("finetune_wikihop", ["--do_train", "--do_predict"], "--do_predict is not supported"),
         ("compare_methods", ["--resume_from_checkpoint", "{folder}"], "--resume_from_checkpoint does not apply"),
     ],

@@ -94,7 +94,6 @@ def convert_to_long(
     output_dir: str | None = None,
     config_name: str | None = None,
     tokenizer_name: str | None = None,
-    use_fast_tokenizer: bool = True,
     seed: int = 0,
     base_model: str | None = None,
     **hub_kwargs: Any,
@@ -139,7 +138,7 @@ def convert_to_long(
         extend_position_embeddings(model, max_length)
     if choice is not None:
         patch_model(model, choice)
-    tokenizer = AutoTokenizer.from_pretrained(tokenizer_name or model_name_or_path, use_fast=use_fast_tokenizer, **hub_kwargs)
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_name or model_name_or_path, **hub_kwargs)
     tokenizer.model_max_length = max_tokens(model.config)
     report = ConversionReport(
         model_type=config.model_type,
@@ -189,7 +188,6 @@ def main(argv: Sequence[str] | None = None) -> ConversionReport:
         conversion_args.output_dir,
         config_name=model_args.config_name,
         tokenizer_name=model_args.tokenizer_name,
-        use_fast_tokenizer=model_args.use_fast_tokenizer,
         seed=conversion_args.seed,
         base_model=conversion_args.base_model,
         **model_args.hub_kwargs(),

@@ -113,6 +113,16 @@ def _is_hub_id(name: str) -> bool:
     return True
 
 
+def check_fast_tokenizer(use_fast_tokenizer: bool) -> None:
+    """``--use_fast_tokenizer false`` is refused: Transformers 5's ``AutoTokenizer`` always loads the
+    fast (Rust) tokenizer and drops ``use_fast``, so the flag would do nothing."""
+    if not use_fast_tokenizer:
+        raise ValueError(
+            "--use_fast_tokenizer false has no effect with Transformers 5, whose AutoTokenizer always loads the fast "
+            "(Rust) tokenizer; leave the flag out, or give --tokenizer_name for another tokenizer"
+        )
+
+
 def attn_impl_field(default: str | None, when_unset: str = "") -> Any:
     """The ``--attn_impl`` flag of one method (``when_unset``: what runs when it is not given)."""
     return field(default=default, metadata={"help": f"Attention method: one of {', '.join(list_methods())}.{when_unset}"})
@@ -158,7 +168,13 @@ class ModelArguments(_MethodChoice):
         default=None, metadata={"help": "Pretrained tokenizer name or path if not the same as model_name_or_path."}
     )
     cache_dir: str | None = field(default=None, metadata={"help": "Where to store models and datasets downloaded from the Hub."})
-    use_fast_tokenizer: bool = field(default=True, metadata={"help": "Use a fast (Rust) tokenizer when the checkpoint has one."})
+    use_fast_tokenizer: bool = field(
+        default=True,
+        metadata={
+            "help": "Kept for Transformers' examples' flag set: Transformers 5 always loads the fast (Rust) tokenizer, so "
+            "false is refused."
+        },
+    )
     model_revision: str = field(
         default="main", metadata={"help": "The model version to use (branch name, tag name or commit id)."}
     )
@@ -172,6 +188,7 @@ class ModelArguments(_MethodChoice):
     def __post_init__(self) -> None:
         for flag in ("model_name_or_path", "config_name", "tokenizer_name"):
             check_model_source(flag, getattr(self, flag))
+        check_fast_tokenizer(self.use_fast_tokenizer)
         if self.attn_impl is not None:
             resolve_options(self.attn_impl, self.attn_options)  # unknown method/option -> ValueError
         elif self.attn_config is not None:

@@ -90,9 +90,13 @@ def check_report_to(training_args: TrainingArguments) -> None:
 def check_run(training_args: TrainingArguments, stages: Sequence[str] = ("do_train", "do_eval")) -> None:
     """The run's own flags, checked before anything is loaded: something to do (one of ``stages``),
     an ``--output_dir`` that can be a folder, ``--fp16`` only on a GPU, ``--report_to`` trackers
-    that are installed and a ``--resume_from_checkpoint`` that exists."""
+    that are installed and a ``--resume_from_checkpoint`` that exists. ``--do_predict`` where
+    ``stages`` has no prediction is refused (Trainer would parse it and do nothing)."""
+    runs = " and/or ".join(f"--{stage}" for stage in stages)
+    if training_args.do_predict and "do_predict" not in stages:
+        raise ValueError(f"--do_predict: this script has no prediction stage; it runs {runs}")
     if not any(getattr(training_args, stage) for stage in stages):
-        raise ValueError("nothing to do: pass " + " and/or ".join(f"--{stage}" for stage in stages))
+        raise ValueError(f"nothing to do: pass {runs}")
     output_dir = training_args.output_dir
     if os.path.exists(output_dir) and not os.path.isdir(output_dir):
         raise ValueError(f"--output_dir {output_dir!r} is a file; give a folder (new, or this run's to resume it)")
@@ -207,11 +211,7 @@ def require_splits(raw: Any, training_args: TrainingArguments, include_test: boo
 
 
 def load_tokenizer(model_args: ModelArguments) -> PreTrainedTokenizerBase:
-    return AutoTokenizer.from_pretrained(
-        model_args.tokenizer_name or model_args.model_name_or_path,
-        use_fast=model_args.use_fast_tokenizer,
-        **model_args.hub_kwargs(),
-    )
+    return AutoTokenizer.from_pretrained(model_args.tokenizer_name or model_args.model_name_or_path, **model_args.hub_kwargs())
 
 
 def load_model(model_args: ModelArguments, auto_class: type, **config_kwargs: Any) -> PreTrainedModel:
