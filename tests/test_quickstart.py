@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 from unittest import mock
 
 import pandas as pd
@@ -92,6 +93,9 @@ def test_quickstart_twice_quiet_and_reproducible(tmp_path):
     torch.testing.assert_close(uploaded_logits, logits[:4])
     card = ModelCard.load(upload / "README.md")
     assert (card.data.base_model, card.data.license) == (quickstart.BASE_MODEL, "apache-2.0")
+    committed = (Path(__file__).parents[1] / "model_cards" / "all-MiniLM-L6-v2-mra2-1024-newsgroups.md").read_text()
+    names = [line for line in (upload / "README.md").read_text().splitlines() if "your-name/" in line or "model_name" in line]
+    assert names and all(line in committed for line in names), "model_cards/ shows other names than the code writes"
     assert card.data.datasets is None  # gensim's files are local, described in the text
     assert "Masked-LM pretraining (`pretrain_mlm.py`" in card.text and "fine-tuning (`finetune_glue.py`" in card.text
 
