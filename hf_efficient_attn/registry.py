@@ -229,8 +229,20 @@ def _real_tokens(attention_mask: torch.Tensor | None, shape: tuple[int, int]) ->
             f"{tuple(attention_mask.shape) if isinstance(attention_mask, torch.Tensor) else type(attention_mask).__name__}"
         )
     if attention_mask.is_floating_point() or attention_mask.is_complex():
-        raise ValueError(
-            f"attention_mask must be bool or integer (True / 1 = real token), got {attention_mask.dtype}; "
-            "an additive float mask (0 / -inf) is not accepted: pass mask == 0 instead"
-        )
+        advice = _float_mask_advice(attention_mask)
+        raise ValueError(f"attention_mask must be bool or integer (True / 1 = real token), got {attention_mask.dtype}: {advice}")
     return attention_mask.bool()
+
+
+def _float_mask_advice(mask: torch.Tensor) -> str:
+    """How to pass a float mask: its two forms read opposite ways (a 0/1 mask's 0 is padding, an
+    additive mask's 0 is a real token), so the advice follows the values (read only on this error path)."""
+    zero_one = "a 0/1 mask (1 = real token, e.g. a tokenizer's mask cast to float): pass mask.bool()"
+    additive = "an additive mask (0 = real token, -inf or a large negative = padding): pass mask == 0"
+    if mask.is_complex():
+        return f"for {zero_one}; for {additive}"
+    if bool(((mask == 0) | (mask == 1)).all()):
+        return f"this is {zero_one}"
+    if bool((mask <= 0).all()):
+        return f"this is {additive}"
+    return f"for {zero_one}; for {additive}"

@@ -36,12 +36,26 @@ def test_integer_masks_of_a_tokenizer_mean_the_same(dtype):
     torch.testing.assert_close(hea.efficient_attention(q, k, v, method="mra2", attention_mask=mask), expected)
 
 
-def test_a_float_mask_is_refused():
+def test_a_float_mask_is_refused_and_the_advice_for_its_form_gives_the_right_output():
+    """A 0/1 float mask (a tokenizer's mask cast to float) and an additive one (0 / -inf) read opposite
+    ways: each is refused with the conversion for its own form, and taking that advice gives the
+    bool mask's output (the additive form's advice would mark a 0/1 mask's real tokens as padding)."""
     q, k, v = qkv()
-    additive = torch.zeros(B, N)
-    additive[1, REAL:] = float("-inf")
-    with pytest.raises(ValueError, match="bool or integer"):
-        hea.efficient_attention(q, k, v, method="mra2", attention_mask=additive)
+    real = torch.ones(B, N, dtype=torch.bool)
+    real[1, REAL:] = False
+    expected = hea.efficient_attention(q, k, v, method="mra2", attention_mask=real)
+    zero_one = real.float()
+    additive = torch.zeros(B, N).masked_fill(~real, float("-inf"))
+    cases = [(zero_one, r"this is a 0/1 mask .*: pass mask.bool\(\)$", zero_one.bool()),
+             (additive, r"this is an additive mask .*: pass mask == 0$", additive == 0),
+             (torch.finfo(torch.float32).min * (~real).float(), r"pass mask == 0$", None)]  # fmt: skip
+    for mask, advice, taken in cases:
+        with pytest.raises(ValueError, match="^attention_mask must be bool or integer .*" + advice):
+            hea.efficient_attention(q, k, v, method="mra2", attention_mask=mask)
+        if taken is not None:
+            torch.testing.assert_close(hea.efficient_attention(q, k, v, method="mra2", attention_mask=taken), expected)
+    with pytest.raises(ValueError, match=r"for a 0/1 mask .*mask.bool\(\); for an additive mask .*mask == 0$"):
+        hea.efficient_attention(q, k, v, method="mra2", attention_mask=torch.rand(B, N))  # neither: both advices
 
 
 @pytest.mark.parametrize("shape", [(B, N - 1), (B, 1, 1, N), (N,)])

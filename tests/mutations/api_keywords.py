@@ -82,6 +82,13 @@ MUTATIONS: list[Mutation] = [
         "efficient_attention(attention_mask=) ignored",
     ),
     Mutation(
+        P + "registry.py",
+        "    if bool(((mask == 0) | (mask == 1)).all()):",
+        "    if False:",
+        (T + "test_functional.py::-k float_mask",),
+        "a 0/1 float mask told to pass mask == 0, which marks its real tokens as padding",
+    ),
+    Mutation(
         P + "integration/bridge.py",
         "attention_mask > torch.finfo(attention_mask.dtype).min / 2",
         "attention_mask < torch.finfo(attention_mask.dtype).min / 2",
