@@ -55,6 +55,11 @@ def test_convert_flags_length_seed_base_model_and_output_dir(tmp_path):
     torch.testing.assert_close(saved.cls.predictions.transform.dense.weight, drawn_from_3, rtol=0, atol=0)
     assert not torch.equal(drawn_from_3, head(0))
     assert json.loads((out / "provenance.json").read_text())["base_model"] == "someone/base"
+    # A folder that holds a model is not overwritten (a later run's provenance may point at it).
+    written = (out / "model.safetensors").stat().st_mtime_ns
+    with pytest.raises(ValueError, match=r"--output_dir .*long already holds a model \(config.json\); give a new folder"):
+        convert.main(["--model_name_or_path", encoder, "--output_dir", str(out), "--max_length", "400"])
+    assert (out / "model.safetensors").stat().st_mtime_ns == written
 
 
 # ---- demo -----------------------------------------------------------------------------------------

@@ -231,6 +231,23 @@ def test_resume_equals_uninterrupted(workspace, tmp_path, training_steps):
     assert resumed["eval_accuracy"] == whole["eval_accuracy"]
 
 
+def test_a_rerun_with_another_method_names_the_checkpoints_and_its_advice_resumes(workspace, tmp_path, training_steps):
+    """A folder whose checkpoint was made with one method, rerun asking another: one error naming
+    both, before any step; rerunning with the checkpoint's method, as it advises, resumes."""
+    common = ["--do_train", "--max_steps", "3", "--per_device_train_batch_size", "4", "--max_train_samples", "8",
+              "--save_steps", "2"]  # fmt: skip
+    out = tmp_path / "out"
+    run(workspace, out, *common, "--max_steps", "2")  # checkpoint-2, made with mra2 (block_size 16)
+    made = len(training_steps)
+    message = (r"checkpoint-2 was saved with --attn_impl mra2 --attn_config '\{.*\}', this run asks --attn_impl "
+               r"linformer --attn_config '\{.*\}': rerun with that method to resume, or give another --output_dir")  # fmt: skip
+    with pytest.raises(ValueError, match=message):
+        run(workspace, out, *common, "--attn_impl", "linformer", "--attn_config", '{"k": 8}')
+    assert len(training_steps) == made
+    run(workspace, out, *common)  # the checkpoint's method: resumes at step 2
+    assert len(training_steps) == made + 1
+
+
 def test_evaluation_is_deterministic(workspace, tmp_path):
     """The validation masks are fixed: other training seeds and eval batch sizes give the same
     masked-token accuracy (and, for one batch size, the same loss)."""

@@ -117,6 +117,10 @@ def convert_to_long(
     max_length = check_max_length(max_length)
     if output_dir is not None and os.path.exists(output_dir) and not os.path.isdir(output_dir):
         raise ValueError(f"--output_dir {output_dir!r} is a file; give a folder")
+    if output_dir is not None and os.path.isfile(os.path.join(output_dir, "config.json")):
+        raise ValueError(
+            f"--output_dir {output_dir} already holds a model (config.json); give a new folder, or delete that one first"
+        )
     config = AutoConfig.from_pretrained(config_name or model_name_or_path, **hub_kwargs)
     if config.model_type not in SELF_ATTENTION_CLASSES:
         raise ValueError(f"unsupported model type {config.model_type!r}; supported: {', '.join(sorted(SELF_ATTENTION_CLASSES))}")

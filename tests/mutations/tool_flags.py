@@ -123,4 +123,11 @@ MUTATIONS: list[Mutation] = [
         (T + "test_flags_tools.py::-k export_flags",),
         "export_onnx writes model.onnx outside --output_dir",
     ),
+    Mutation(
+        P + "tasks/convert.py",
+        '    if output_dir is not None and os.path.isfile(os.path.join(output_dir, "config.json")):',
+        "    if False:",
+        (T + "test_flags_tools.py::-k convert_flags",),
+        "convert_to_long silently overwrites a folder that holds a model",
+    ),
 ]

@@ -228,9 +228,34 @@ def load_model(model_args: ModelArguments, auto_class: type, **config_kwargs: An
     )
 
 
+def check_same_method(model: PreTrainedModel, checkpoint: str | None) -> None:
+    """``ValueError`` when ``checkpoint`` (to resume from) was saved with another method or options
+    than ``model`` runs: resuming would fail on the optimizer's parameter groups, or silently load
+    one method's state into another."""
+    path = None if checkpoint is None else os.path.join(checkpoint, "config.json")
+    if path is None or not os.path.isfile(path):  # a PEFT checkpoint holds its adapter only
+        return
+    with open(path) as f:
+        saved = json.load(f)
+    config = getattr(model, "get_base_model", lambda: model)().config
+    ours = (getattr(config, "attn_impl", None), getattr(config, "attn_config", None) or {})
+    theirs = (saved.get("attn_impl"), saved.get("attn_config") or {})
+    if ours != theirs:
+        raise ValueError(
+            f"{checkpoint} was saved with {_described(*theirs)}, this run asks {_described(*ours)}: rerun with that "
+            "method to resume, or give another --output_dir to start afresh"
+        )
+
+
+def _described(attn_impl: str | None, attn_config: dict[str, Any]) -> str:
+    return "exact attention" if attn_impl is None else f"--attn_impl {attn_impl} --attn_config '{json.dumps(attn_config)}'"
+
+
 def train_and_save(trainer: Trainer, checkpoint: str | None, num_samples: int) -> dict[str, float]:
-    """Train (resuming from ``checkpoint``), save the model and tokenizer, and write
-    ``train_results.json`` and ``trainer_state.json`` as the examples do."""
+    """Train (resuming from ``checkpoint``, made with the same method: :func:`check_same_method`),
+    save the model and tokenizer, and write ``train_results.json`` and ``trainer_state.json`` as
+    the examples do."""
+    check_same_method(trainer.model, checkpoint)
     result = trainer.train(resume_from_checkpoint=checkpoint)
     trainer.save_model()
     metrics = {**result.metrics, "train_samples": num_samples}
