@@ -381,3 +381,31 @@ def test_mnli_recipe_has_the_papers_settings():
         assert (recipe["max_seq_length"], batch, recipe["learning_rate"], recipe["num_train_epochs"]) == (
             512, 32, 3e-5, 4)  # fmt: skip
         assert recipe["task_name"] == "mnli" and recipe["model_name_or_path"] == "roberta-base"
+
+
+def test_predict_only_from_a_fine_tuned_folder_writes_the_label_names(workspace, tmp_path):
+    """Local data without a task: a model fine-tuned on it predicts a test file with nothing but its
+    own folder (the labels come from its config's id2label), and predict_results.txt holds the label
+    names it knows, each the argmax of its own logits; a model that knows no labels is refused."""
+    from hf_efficient_attn.tasks.glue import write_offline_sample
+
+    data = tmp_path / "news"
+    write_offline_sample("newsgroups", str(data))
+    tuned = tmp_path / "tuned"
+    common = ["--max_seq_length", "64", "--report_to", "none", "--use_cpu", "--per_device_eval_batch_size", "16"]
+    main(["--model_name_or_path", workspace["model"], "--train_file", str(data / "train.csv"), "--do_train",
+          "--max_steps", "2", "--per_device_train_batch_size", "8", "--output_dir", str(tuned), *common])  # fmt: skip
+    predicted = tmp_path / "predicted"
+    main(["--model_name_or_path", str(tuned), "--test_file", str(data / "validation.csv"), "--do_predict",
+          "--output_dir", str(predicted), *common])  # fmt: skip
+    rows = read_rows(str(data / "validation.csv"))
+    written = predictions_file(predicted / "predict_results.txt")
+    model = hea.AutoModelForSequenceClassification.from_pretrained(str(tuned)).eval()
+    tokenizer = AutoTokenizer.from_pretrained(str(tuned))
+    with torch.no_grad():
+        inputs = tokenizer([row["sentence"] for row in rows], truncation=True, max_length=64, padding=True, return_tensors="pt")
+        expected = [model.config.id2label[int(i)] for i in model(**inputs).logits.argmax(-1)]
+    assert [label for _, label in written] == expected and set(expected) <= {"alt.atheism", "sci.space"}
+    with pytest.raises(ValueError, match="or from a model fine-tuned with them .* give --train_file, or such a model"):
+        main(["--model_name_or_path", workspace["model"], "--test_file", str(data / "validation.csv"), "--do_predict",
+              "--output_dir", str(tmp_path / "untuned"), *common])  # fmt: skip

@@ -209,18 +209,39 @@ def text_columns(task: GlueTask | None, columns: Sequence[str], split: str) -> t
     return inputs[0], (inputs[1] if len(inputs) > 1 else None)
 
 
-def label_names_of(task: GlueTask | None, train: Dataset | None) -> tuple[str, ...] | None:
+def label_names_of(task: GlueTask | None, train: Dataset | None, config: Any = None) -> tuple[str, ...] | None:
     """The class names in id order: the task's, else (no task) the sorted distinct training
-    labels as ``run_glue.py``; None for regression (STS-B, or float labels without a task)."""
+    labels as ``run_glue.py``, else (no training data: predicting or evaluating with a fine-tuned
+    model) the labels its ``config`` knows; None for regression (STS-B, float labels without a task,
+    or a fine-tuned regression model)."""
     if task is not None:
         return task.label_names
     if train is None:
-        raise ValueError("without --task_name the labels are read from the training data: give --train_file")
+        known = model_label_names(config)
+        if known is None:
+            raise ValueError(
+                "without --task_name the labels are read from the training data, or from a model fine-tuned with them "
+                "(its config.json's id2label): give --train_file, or such a model as --model_name_or_path"
+            )
+        return known or None  # () for a regression model
     if "label" not in train.column_names:
         raise ValueError(f"the training data has no 'label' column; its columns are {train.column_names}")
     if str(getattr(train.features["label"], "dtype", "")).startswith("float"):  # float16, float32, float64
         return None
     return tuple(str(value) for value in sorted(train.unique("label")))
+
+
+def model_label_names(config: Any) -> tuple[str, ...] | None:
+    """The class names a fine-tuned classifier's config records (``id2label`` in id order), ``()``
+    for a fine-tuned regression model, or None when it records none (Transformers' placeholder
+    names ``LABEL_0``, ``LABEL_1``, ... of a model never fine-tuned with labels)."""
+    if config is None:
+        return None
+    if getattr(config, "problem_type", None) == "regression":
+        return ()
+    names = tuple(str(config.id2label[i]) for i in range(config.num_labels)) if config.id2label else ()
+    placeholders = tuple(f"LABEL_{i}" for i in range(len(names)))
+    return names if names and names != placeholders else None
 
 
 def label_id(value: Any, names: tuple[str, ...] | None, split: str, ids: bool = True) -> int | float:
@@ -329,7 +350,7 @@ def run_glue(
     require_splits(raw, training_args, include_test=True)
     task = GLUE_TASKS[data_args.task_name] if data_args.task_name else None
     check_labelled(raw, task, training_args)
-    names = label_names_of(task, raw.get("train"))
+    names = label_names_of(task, raw.get("train"), config)
     regression = names is None
 
     tokenizer = load_tokenizer(model_args)
@@ -432,7 +453,8 @@ def predict_and_save(
         name = f"predict_results_{data_args.task_name}{suffix}.txt" if data_args.task_name else "predict_results.txt"
         if trainer.is_world_process_zero():
             path = os.path.join(trainer.args.output_dir, name)
-            write_predictions(path, indices, scorer.predictions(logits), names, bool(task and task.submits_names))
+            # A GLUE task's server reads ids or names as its format says; local data: the names the model knows.
+            write_predictions(path, indices, scorer.predictions(logits), names, task is None or task.submits_names)
             logger.info(f"wrote {path}")
 
 

@@ -350,4 +350,18 @@ MUTATIONS: list[Mutation] = [
         (T + "test_flags_data.py::-k comparison_stages",),
         "methods start from the checkpoint, not the warmed head",
     ),
+    Mutation(
+        P + "tasks/glue.py",
+        "        known = model_label_names(config)\n",
+        "        known = None\n",
+        (T + "test_glue.py::-k predict_only",),
+        "predicting with a fine-tuned model still demands the training file for its labels",
+    ),
+    Mutation(
+        P + "tasks/glue.py",
+        "task is None or task.submits_names)",
+        "bool(task and task.submits_names))",
+        (T + "test_glue.py::-k predict_only",),
+        "predict_results.txt of local data holds class ids, not the names the model knows",
+    ),
 ]
