@@ -409,3 +409,22 @@ def test_predict_only_from_a_fine_tuned_folder_writes_the_label_names(workspace,
     with pytest.raises(ValueError, match="or from a model fine-tuned with them .* give --train_file, or such a model"):
         main(["--model_name_or_path", workspace["model"], "--test_file", str(data / "validation.csv"), "--do_predict",
               "--output_dir", str(tmp_path / "untuned"), *common])  # fmt: skip
+
+
+def test_local_data_with_an_id_column_takes_its_text_column(workspace, tmp_path):
+    """id,text,label without a task: the text column is the string one (not the integer id) and the run
+    trains and evaluates; a file with no string column besides the label is refused naming its columns."""
+    rows = read_rows(workspace["files"]["cola"]["train"])[:40]
+    with_id = [
+        {"id": 1000 + i, "text": row["sentence"], "label": "good" if row["label"] else "bad"} for i, row in enumerate(rows)
+    ]
+    write_rows(str(tmp_path / "train.csv"), with_id)
+    common = ["--train_file", str(tmp_path / "train.csv"), "--validation_file", str(tmp_path / "train.csv"),
+              "--max_seq_length", "64", "--report_to", "none", "--use_cpu", "--per_device_train_batch_size", "8"]  # fmt: skip
+    results = main(["--model_name_or_path", workspace["model"], "--do_train", "--do_eval", "--max_steps", "1",
+                    "--output_dir", str(tmp_path / "out"), *common])  # fmt: skip
+    assert 0 <= results["eval_accuracy"] <= 1
+    write_rows(str(tmp_path / "numbers.csv"), [{"id": i, "score": 2 * i, "label": "good"} for i in range(8)])
+    with pytest.raises(ValueError, match=r"no text column besides label/idx: its columns are id \(int64\), score \(int64\)"):
+        main(["--model_name_or_path", workspace["model"], "--do_train", "--train_file", str(tmp_path / "numbers.csv"),
+              "--max_seq_length", "64", "--report_to", "none", "--output_dir", str(tmp_path / "none")])  # fmt: skip

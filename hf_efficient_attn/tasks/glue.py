@@ -191,10 +191,12 @@ def load_glue_splits(data_args: GlueDataArguments, cache_dir: str | None = None,
     return type(raw)({MNLI_SPLITS.get(name, name): rows for name, rows in raw.items()})  # a DatasetDict
 
 
-def text_columns(task: GlueTask | None, columns: Sequence[str], split: str) -> tuple[str, str | None]:
+def text_columns(task: GlueTask | None, rows: Dataset, split: str) -> tuple[str, str | None]:
     """The task's input columns (``ValueError`` naming those present when one is missing), or
-    without a task ``run_glue.py``'s choice: ``sentence1``/``sentence2`` if present, else the
-    first two columns other than ``label`` / ``idx``, else the only one."""
+    without a task ``run_glue.py``'s choice among the text (string) columns: ``sentence1`` /
+    ``sentence2`` if present, else the first two other than ``label``, else the only one. Columns of
+    numbers (an ``id``, an ``idx``) are never text."""
+    columns = rows.column_names
     if task is not None:
         needed = [c for c in task.text_columns if c is not None]
         missing = [c for c in needed if c not in columns]
@@ -203,9 +205,15 @@ def text_columns(task: GlueTask | None, columns: Sequence[str], split: str) -> t
         return task.text_columns
     if "sentence1" in columns and "sentence2" in columns:
         return "sentence1", "sentence2"
-    inputs = [c for c in columns if c not in ("label", "idx")]
+    inputs = [
+        c for c in columns if c not in ("label", "idx") and getattr(rows.features[c], "dtype", None) in ("string", "large_string")
+    ]
     if not inputs:
-        raise ValueError(f"the {split} data has no text column besides label/idx: {list(columns)}")
+        kinds = ", ".join(f"{c} ({getattr(rows.features[c], 'dtype', type(rows.features[c]).__name__)})" for c in columns)
+        raise ValueError(
+            f"the {split} data has no text column besides label/idx: its columns are {kinds}; without --task_name the "
+            "text is the first one or two string columns (or sentence1 and sentence2)"
+        )
     return inputs[0], (inputs[1] if len(inputs) > 1 else None)
 
 
@@ -281,7 +289,8 @@ def tokenize_splits(
     ``max_length``; ``labels`` as model targets where the split has a ``label`` column."""
 
     def prepare(split: str, rows: Dataset) -> Dataset:
-        first, second = text_columns(task, rows.column_names, split)
+        first, second = text_columns(task, rows, split)
+        logger.info(f"{split}: text from column {first!r}" + (f" and {second!r}" if second else ""))
 
         def tokenize(batch: dict[str, list]) -> dict[str, list]:
             texts = (batch[first],) if second is None else (batch[first], batch[second])
@@ -325,7 +334,7 @@ def check_labelled(raw: DatasetDict, task: GlueTask | None, training_args: Train
     labelled = {"train": training_args.do_train, "validation": training_args.do_eval,
                 "validation_mismatched": training_args.do_eval}  # fmt: skip
     for split, rows in raw.items():
-        text_columns(task, rows.column_names, split)
+        text_columns(task, rows, split)
         if labelled.get(split) and "label" not in rows.column_names:
             flag = "--do_train" if split == "train" else "--do_eval"
             raise ValueError(f"the {split} data has no 'label' column (its columns are {rows.column_names}); {flag} needs one")

@@ -364,4 +364,11 @@ MUTATIONS: list[Mutation] = [
         (T + "test_glue.py::-k predict_only",),
         "predict_results.txt of local data holds class ids, not the names the model knows",
     ),
+    Mutation(
+        P + "tasks/glue.py",
+        ' and getattr(rows.features[c], "dtype", None) in ("string", "large_string")',
+        "",
+        (T + "test_glue.py::-k id_column",),
+        "an integer id column taken as the text",
+    ),
 ]
