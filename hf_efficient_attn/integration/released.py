@@ -122,7 +122,7 @@ def converted_state_dict(state_dict: dict[str, torch.Tensor], model_type: str) -
         if bare == "embeddings.position_embeddings.weight":
             tensor = tensor[POSITION_OFFSET:]
         name = re.sub(r"\.attention\.self\.conv\.weight$", ".attention.self.efficient_attn.conv.weight", name)
-        if not _known(name):
+        if _KNOWN.match(name) is None:
             raise ValueError(f"{model_type} checkpoint: weight {key!r} has no counterpart in BERT's architecture")
         converted[name] = tensor
     return converted
@@ -136,10 +136,6 @@ _KNOWN = re.compile(
     r"|^cls\.predictions\.(transform\.(dense|LayerNorm)\.(weight|bias)|decoder\.(weight|bias)|bias)$"
     r"|^(classifier|qa_outputs|pre_classifier)\.(weight|bias)$|^classifier\.(dense|out_proj)\.(weight|bias)$"
 )
-
-
-def _known(name: str) -> bool:
-    return _KNOWN.match(name) is not None
 
 
 def check_heads(state_dict: dict[str, torch.Tensor], auto_class_name: str, model_type: str) -> None:
@@ -164,7 +160,8 @@ def read_state_dict(path: str, **hub_kwargs: Any) -> dict[str, torch.Tensor]:
             continue
         files = [found]
         if name.endswith(".index.json"):
-            shards = sorted(set(json.loads(open(found).read())["weight_map"].values()))
+            with open(found) as index:
+                shards = sorted(set(json.load(index)["weight_map"].values()))
             files = [cached_file(path, shard, **hub_kwargs) for shard in shards]
         state_dict = {}
         for file in files:

@@ -27,6 +27,7 @@ reference: docs/methods/mra.md, "Backends".
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import re
 from typing import TYPE_CHECKING
@@ -67,9 +68,15 @@ def kernels_interpreted() -> bool:
     return isinstance(exact_forward_kernel, InterpretedFunction)
 
 
+@functools.cache
+def _triton_installed() -> bool:
+    """Whether Triton can be imported (looked up once: ``auto`` asks on every CUDA call)."""
+    return importlib.util.find_spec("triton") is not None
+
+
 def triton_unavailable(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, options: "MraOptions") -> str | None:
     """Why the ``triton`` backend cannot run MRA-2 on these inputs, or None when it can."""
-    if importlib.util.find_spec("triton") is None:
+    if not _triton_installed():
         return "needs the triton package (pip install triton; CUDA builds of torch install it)"
     if q.dtype not in DTYPES:
         return f"supports dtypes {list(DTYPES)}, got {q.dtype}"
@@ -80,7 +87,7 @@ def triton_unavailable(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, option
         return f"supports head sizes up to {MAX_HEAD_DIM}, got {head_dim}"
     if batch * heads > MAX_BATCH_HEADS:
         return f"supports batch x heads up to {MAX_BATCH_HEADS}, got {batch * heads}"
-    if -(-length // options.block_size) > MAX_BLOCKS:
+    if _blocks(length, options.block_size)[0] > MAX_BLOCKS:
         return f"supports up to {MAX_BLOCKS} blocks ({MAX_BLOCKS * options.block_size} tokens), got {length} tokens"
     if q.device.type != "cuda" and not kernels_interpreted():
         return f"runs on CUDA (on {q.device.type} only under Triton's interpreter, TRITON_INTERPRET=1, as the tests do)"
@@ -139,8 +146,12 @@ def launch_forward(
     diagonal_n: int,
     low_resolution: bool,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The forward's launches (:func:`mra_forward`, whose body this is: also called on meta tensors by
-    ``tools/triton_py`` to learn each launch's arguments)."""
+    """MRA-2 (``low_resolution``) or MRA-2-s of q, k, v (B, H, N, D) (module docstring): the forward's
+    launches. Returns the output (B, H, N, D) in q's dtype, laid out as (B, N, H, D), and what the
+    backward needs: each row's log-sum-exp (B * H, nb * block_size), the block means (3, B * H, nb, D),
+    the counts of real tokens (B, nb) and the selection bitmaps (2, B * H, nb, words). The custom
+    operator :data:`mra_forward` runs it; ``tools/triton_kernels.py`` calls it on meta tensors to
+    learn each launch's arguments."""
     from .mra_triton_kernels import (
         block_means_kernel,
         exact_forward_kernel,
@@ -192,24 +203,7 @@ def launch_forward(
     return out, lse, means, counts, bitmaps
 
 
-@torch.library.custom_op(f"{OP_NAMESPACE}::mra_forward", mutates_args=())
-def mra_forward(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    key_real: torch.Tensor | None,
-    scaling: float,
-    block_size: int,
-    block_per_row: int,
-    first_n: int,
-    diagonal_n: int,
-    low_resolution: bool,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """MRA-2 (``low_resolution``) or MRA-2-s of q, k, v (B, H, N, D) (module docstring). Returns the
-    output (B, H, N, D) in q's dtype, laid out as (B, N, H, D), and what the backward needs: each
-    row's log-sum-exp (B * H, nb * block_size), the block means (3, B * H, nb, D), the counts of
-    real tokens (B, nb) and the selection bitmaps (2, B * H, nb, words)."""
-    return launch_forward(q, k, v, key_real, scaling, block_size, block_per_row, first_n, diagonal_n, low_resolution)
+mra_forward = torch.library.custom_op(f"{OP_NAMESPACE}::mra_forward", launch_forward, mutates_args=())
 
 
 @mra_forward.register_fake
@@ -240,7 +234,8 @@ def launch_backward(
     block_size: int,
     low_resolution: bool,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The backward's launches (:func:`mra_backward`'s body, as :func:`launch_forward`)."""
+    """Gradients (dq, dk, dv) of :func:`launch_forward`'s output (module docstring), laid out as its
+    output: the backward's launches, run by the custom operator :data:`mra_backward`."""
     from .mra_triton_kernels import backward_preprocess_kernel, exact_backward_kernel, low_resolution_backward_kernel
 
     grad_out = grad_out.to(q.dtype)
@@ -276,24 +271,7 @@ def launch_backward(
     return dq, dk, dv
 
 
-@torch.library.custom_op(f"{OP_NAMESPACE}::mra_backward", mutates_args=())
-def mra_backward(
-    grad_out: torch.Tensor,
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    key_real: torch.Tensor | None,
-    out: torch.Tensor,
-    lse: torch.Tensor,
-    means: torch.Tensor,
-    counts: torch.Tensor,
-    bitmaps: torch.Tensor,
-    scaling: float,
-    block_size: int,
-    low_resolution: bool,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Gradients (dq, dk, dv) of :func:`mra_forward`'s output (module docstring), laid out as its output."""
-    return launch_backward(grad_out, q, k, v, key_real, out, lse, means, counts, bitmaps, scaling, block_size, low_resolution)
+mra_backward = torch.library.custom_op(f"{OP_NAMESPACE}::mra_backward", launch_backward, mutates_args=())
 
 
 @mra_backward.register_fake
