@@ -173,8 +173,11 @@ def quantize_int8(path: str | Path, output: str | Path) -> None:
     logger.setLevel(logging.ERROR)
     try:
         # per_channel: with one scale per matrix, the few large columns of these encoders' weights set
-        # it and leave the other columns a handful of levels.
-        quantize_dynamic(str(path), str(output), weight_type=QuantType.QInt8, per_channel=True)
+        # it and leave the other columns a handful of levels. reduce_range (7-bit weights): x86 CPUs
+        # without VNNI multiply uint8 inputs by int8 weights in pairs summed into int16, which
+        # saturates with full-range weights (quantize_static's "Choosing parameters for CPU inference"
+        # in onnxruntime.quantization.quantize); an export may be served on any CPU.
+        quantize_dynamic(str(path), str(output), weight_type=QuantType.QInt8, per_channel=True, reduce_range=True)
     finally:
         logger.setLevel(level)
 
