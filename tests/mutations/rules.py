@@ -3,6 +3,7 @@
 from .base import Mutation, P, T
 
 LABEL_FREE = (T + "test_label_free.py",)
+RERUNS = T + "test_reruns_refused.py::"
 
 MUTATIONS: list[Mutation] = [
     # ---- label-free paths (tests/label_free_table.py) --------------------------------------------
@@ -68,5 +69,62 @@ MUTATIONS: list[Mutation] = [
         '    check_run(training_args, stages=("do_train", "do_eval", "do_predict"))',
         (T + "test_rule_tables.py::test_every_label_free_path_runs_in_a_test",),
         "a new prediction stage (finetune_wikihop --do_predict) that no test runs",
+    ),
+    # ---- recorded settings changed on a rerun (tests/recorded_settings_table.py) -------------------
+    Mutation(
+        P + "tasks/mlm/compare.py",
+        '"data_seed": training_args.data_seed,',
+        '"data_seed": training_args.seed,',
+        (RERUNS + "-k data_seed",),
+        "a comparison rerun with another --data_seed (other training masks) not refused",
+    ),
+    Mutation(
+        P + "tasks/mlm/compare.py",
+        '"eval_mask_seed": data_args.eval_mask_seed,',
+        '"eval_mask_seed": training_args.seed,',
+        (RERUNS + "-k eval_mask_seed",),
+        "a comparison rerun with another --eval_mask_seed (other validation masks) not refused",
+    ),
+    Mutation(
+        P + "tasks/mlm/compare.py",
+        '"seed": training_args.seed, "eval_steps": eval_steps,',
+        '"seed": training_args.data_seed, "eval_steps": eval_steps,',
+        (RERUNS + "test_a_comparison_rerun_with_another_setting_is_refused[seed]",),
+        "a comparison rerun with another --seed not refused",
+    ),
+    Mutation(
+        P + "tasks/mlm/compare.py",
+        "holds a {held['attn_impl']} run with options",
+        "holds a {method} run with options",
+        (RERUNS + "test_a_comparison_rerun_into_another_methods_folder_is_refused",),
+        "a method folder holding another method's run said to hold this method's",
+    ),
+    Mutation(
+        P + "tasks/mlm/compare.py",
+        "if os.path.isfile(path) and read_json(path) != recorded:",
+        'if os.path.isfile(path) and read_json(path)["attn_impl"] != method:',
+        (RERUNS + "test_a_comparison_rerun_with_other_method_options_is_refused",),
+        "a comparison rerun with other --attn_config for a method not refused",
+    ),
+    Mutation(
+        P + "tasks/common/driver.py",
+        "    if ours != theirs:",
+        "    if ours[0] != theirs[0]:",
+        (RERUNS + "-k another_method_than and attn_config",),
+        "a checkpoint resumed by a run asking the same method with other options",
+    ),
+    Mutation(
+        P + "tools/quickstart.py",
+        '"3-newsgroups": ("finetune_length", "finetune_epochs")',
+        '"3-newsgroups": ("finetune_epochs",)',
+        (RERUNS + "-k quickstart_rerun",),
+        "the quickstart reuses a fine-tuning made with another --finetune_length",
+    ),
+    Mutation(
+        P + "tasks/mlm/compare.py",
+        '"line_by_line": data_args.line_by_line,',
+        '"line_by_line": data_args.line_by_line, "padding_free": data_args.padding_free,',
+        (T + "test_rule_tables.py::test_every_recorded_setting_is_changed_on_a_rerun_by_a_test",),
+        "a new recorded setting that no test changes on a rerun",
     ),
 ]

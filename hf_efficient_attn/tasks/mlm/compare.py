@@ -402,6 +402,9 @@ def run_comparison(
         "batch": [training_args.per_device_train_batch_size, training_args.gradient_accumulation_steps],
         "learning_rate": training_args.learning_rate, "seed": training_args.seed, "eval_steps": eval_steps,
         "head_warmup": [warmup_steps, compare_args.head_warmup_learning_rate],
+        # what the masks and examples are made from (pretrain.masked_datasets)
+        "data_seed": training_args.data_seed, "eval_mask_seed": data_args.eval_mask_seed,
+        "mlm_probability": data_args.mlm_probability, "line_by_line": data_args.line_by_line,
     })  # fmt: skip
     # The data are checked here, before any process starts (and tokenised once: the others read the cache).
     train_set, eval_set = masked_datasets(model_args, data_args, training_args, tokenizer, seq_len)
@@ -463,12 +466,13 @@ def plain_model_args(model_args: ComparisonModelArguments, path: str, attn_impl:
 
 def check_method_folder(folder: str, method: str, options: dict[str, Any]) -> None:
     """Record the method's options in ``folder/method.json``, or ``ValueError`` when the folder
-    holds a run of the method with other options."""
+    holds a run of another method or of the method with other options."""
     path = os.path.join(folder, "method.json")
     recorded = {"attn_impl": method, "attn_config": options}
     if os.path.isfile(path) and read_json(path) != recorded:
+        held = read_json(path)
         raise ValueError(
-            f"{folder!r} holds a {method} run with options {read_json(path)['attn_config']}, not {options}; "
+            f"{folder!r} holds a {held['attn_impl']} run with options {held['attn_config']}, not {method} with {options}; "
             "rerun with the same --attn_config, or give another --output_dir"
         )
     os.makedirs(folder, exist_ok=True)
