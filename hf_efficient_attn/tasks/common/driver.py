@@ -75,6 +75,8 @@ def check_precision(training_args: TrainingArguments) -> None:
 
 #: ``--report_to`` names whose availability check in ``transformers.integrations`` has another name.
 _REPORTER_CHECKS = {"comet_ml": "comet", "azure_ml": "azureml", "flyte": "flytekit"}
+#: ``--report_to`` names whose package (PyPI) has another name.
+_REPORTER_PACKAGES = {"azure_ml": "azureml-core", "flyte": "flytekit"}
 
 
 def check_report_to(training_args: TrainingArguments) -> None:
@@ -84,7 +86,10 @@ def check_report_to(training_args: TrainingArguments) -> None:
         available = getattr(transformers.integrations, f"is_{_REPORTER_CHECKS.get(name, name)}_available", None)
         if available is not None and not available():
             hint = " (or pip install -e '.[train]')" if name == "tensorboard" else ""
-            raise ValueError(f"--report_to {name} needs the {name} package: pip install {name}{hint}, or pass --report_to none")
+            package = _REPORTER_PACKAGES.get(name, name)
+            raise ValueError(
+                f"--report_to {name} needs the {package} package: pip install {package}{hint}, or pass --report_to none"
+            )
 
 
 def check_run(training_args: TrainingArguments, stages: Sequence[str] = ("do_train", "do_eval")) -> None:
