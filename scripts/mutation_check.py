@@ -10,6 +10,9 @@ the tests caught and which survived. Exits 1 if any survived (or the unmutated t
 A developer tool (a run takes tens of minutes on 2 cores), not part of CI: run it on a module
 after changing it or its tests, and add a line to MUTATIONS (tests/mutations/, a module per area) for every promise
 a new test guards.
+
+Reads: the mutations in tests/mutations/ and the repository it runs in (copied, without .git).
+Writes: nothing in the repository (each copy is temporary); prints a line per mutation.
 """
 
 from __future__ import annotations

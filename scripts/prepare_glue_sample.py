@@ -1,7 +1,13 @@
 #!/usr/bin/env python
-"""Write real labelled English text shipped with gensim's test data (offline) as train.csv /
-validation.csv in SST-2's layout (sentence,label) for scripts/finetune_glue.py:
+"""Write real labelled English text shipped with gensim's test data (offline) as a GLUE-style
+single-sentence task for scripts/finetune_glue.py: movie_reviews (200 sentences, labels 0 negative / 1
+positive as SST-2's ids: fine-tune with --task_name sst2) or newsgroups (200 posts of 40-7000 tokens,
+labels alt.atheism / sci.space: fine-tune without a task).
 
+Reads: nothing but its flags: the texts come with the gensim package.
+Writes: into --output_dir: train.csv and validation.csv, in SST-2's layout (columns sentence, label).
+
+examples:
     python scripts/prepare_glue_sample.py --sample movie_reviews --output_dir outputs/movie_reviews
     python scripts/prepare_glue_sample.py --sample newsgroups --output_dir outputs/newsgroups
 """

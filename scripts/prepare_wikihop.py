@@ -1,9 +1,13 @@
 #!/usr/bin/env python
-"""Write an offline WikiHop set in the original qangaroo format for scripts/finetune_wikihop.py:
-train.json (synthetic examples: the answer is the one candidate the documents mention, among real
-news sentences) and dev.json (the two real WikiHop development examples from the allennlp wheel,
-then synthetic ones):
+"""Write an offline WikiHop set in the original qangaroo format for scripts/finetune_wikihop.py.
 
+Reads: the two real WikiHop development examples in the allennlp 0.9.0 wheel (downloaded once, see
+below) and real news sentences from gensim's test data.
+Writes: into --output_dir: train.json (synthetic examples: the answer is the one candidate the
+documents mention, among real news sentences) and dev.json (the two real examples, then synthetic
+ones).
+
+examples:
     pip download allennlp==0.9.0 --no-deps -d ~/.cache/hf_efficient_attn   # once
     python scripts/prepare_wikihop.py --output_dir outputs/wikihop
 """

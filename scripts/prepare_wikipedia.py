@@ -1,7 +1,11 @@
 #!/usr/bin/env python
-"""Write the real English Wikipedia articles shipped with gensim's test data (offline) as
-train.jsonl / validation.jsonl for scripts/pretrain_mlm.py (one whole article per line):
+"""Write the real English Wikipedia articles shipped with gensim's test data (offline) as training
+and validation files for scripts/pretrain_mlm.py.
 
+Reads: nothing but its flags: the articles come with the gensim package.
+Writes: into --output_dir: train.jsonl and validation.jsonl, one whole article per line (title, text).
+
+examples:
     python scripts/prepare_wikipedia.py --output_dir outputs/wikipedia
 """
 

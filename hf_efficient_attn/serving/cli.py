@@ -1,4 +1,20 @@
-"""``scripts/export_onnx.py``: its flags (parsed by ``HfArgumentParser``) and entry point."""
+"""Export a saved variant (or a plain checkpoint) to ONNX for serving, and check it with ONNX Runtime
+(``scripts/export_onnx.py``): ONNX Runtime must equal PyTorch on a padded batch at --export_length
+and at other lengths (--check_lengths), and on --validation_file's texts; a failed check is an error
+and leaves no folder behind. Prints each check.
+
+Reads: --model_dir: a folder with config.json, the weights and the tokenizer (a training run's
+--output_dir, convert_to_long.py's, ...); --validation_file: .txt (one text per line), or .jsonl /
+.csv with a text or sentence column.
+Writes: into --output_dir (new or empty): model.onnx (dynamic batch and sequence dimensions), the
+tokenizer, config.json, a sentence-transformers model's pooling files (modules.json, its module
+folders), onnx_validation.json (the checks), and with --int8 model_quantized.onnx;
+scripts/encode_onnx.py runs the folder.
+
+examples:
+  python scripts/export_onnx.py --model_dir outputs/mlm --output_dir outputs/mlm-onnx
+  python scripts/export_onnx.py --model_dir outputs/mlm --output_dir outputs/mlm-onnx --task feature-extraction --int8
+"""
 
 from __future__ import annotations
 
@@ -23,14 +39,17 @@ class ExportArguments:
     )
     check_lengths: list[int] = field(
         default_factory=list,
-        metadata={"help": "Other lengths ONNX Runtime is checked at (default: one, about 1.5x --export_length)."},
+        metadata={
+            "help": "Other lengths ONNX Runtime is checked at. Default: one, 1.5x --export_length + 1 (half of it + 1 "
+            "when that exceeds the position table)."
+        },
     )
-    opset: int | None = field(default=None, metadata={"help": "ONNX opset (default: torch.onnx's)."})
+    opset: int | None = field(default=None, metadata={"help": "ONNX opset. Default: torch.onnx's."})
     task: str | None = field(
         default=None,
         metadata={
             "help": "feature-extraction: export the encoder alone (last_hidden_state), e.g. of a masked-LM "
-            "folder, to embed texts (default: the folder's own head)."
+            "folder, to embed texts. Default: the model with the head its config.json records (architectures)."
         },
     )
     int8: bool = field(
@@ -49,7 +68,7 @@ class ExportArguments:
         },
     )
     validation_length: int | None = field(
-        default=None, metadata={"help": "Tokens kept per --validation_file text (default: the model's position table)."}
+        default=None, metadata={"help": "Tokens kept per --validation_file text. Default: the model's position table."}
     )
 
     def __post_init__(self) -> None:
@@ -61,7 +80,7 @@ class ExportArguments:
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Command line of ``scripts/export_onnx.py``."""
-    (args,) = parse_arguments((ExportArguments,), argv)
+    (args,) = parse_arguments((ExportArguments,), argv, __doc__)
     texts = read_texts(args.validation_file) if args.validation_file else None
     # torch.onnx logs a warning per torchvision operator it cannot register: not this model's concern
     logging.getLogger("torch.onnx._internal.exporter._registration").setLevel(logging.ERROR)

@@ -1,5 +1,17 @@
-"""``scripts/encode_onnx.py``: its flags (parsed by ``HfArgumentParser``) and entry point. The flags are
-checked before ONNX Runtime, the tokenizer or the texts are loaded."""
+"""Encode texts with an ONNX export in ONNX Runtime (``scripts/encode_onnx.py``): the embeddings of an
+encoder, pooled as the model records (sentence-transformers' modules.json, else mean pooling), or the
+logits of a classifier, one row per text in the order given. The flags are checked before ONNX
+Runtime, the tokenizer or the texts are loaded.
+
+Reads: --export_dir, a folder written by scripts/export_onnx.py; the texts: --texts, or
+--texts_file: .txt (one text per line), or .jsonl / .csv with a text or sentence column.
+Writes: --output_file: .npy (a float32 array, a row per text) or .jsonl (a line per text: index
+and embedding, or index, logits and label).
+
+examples:
+  python scripts/encode_onnx.py --export_dir outputs/minilm-onnx --texts_file texts.txt --output_file rows.npy
+  python scripts/encode_onnx.py --export_dir outputs/minilm-onnx --texts "a sentence" "another" --output_file rows.jsonl
+"""
 
 from __future__ import annotations
 
@@ -40,7 +52,8 @@ class EncodeArguments:
     max_length: int | None = field(
         default=None,
         metadata={
-            "help": "Tokens kept per text (default: the model's sentence-transformers max_seq_length, else its position table)."
+            "help": "Tokens kept per text. Default: the model's sentence-transformers max_seq_length; with no "
+            "sentence-transformers files: its position table."
         },
     )
     int8: bool = field(
@@ -50,8 +63,8 @@ class EncodeArguments:
         default=None,
         metadata={
             "help": (
-                "ONNX Runtime's intra-op threads (default: the physical cores this process may use, within a container's CPU "
-                "quota; ONNX Runtime's own default counts the host's)."
+                "ONNX Runtime's intra-op threads. Default: the physical cores this process may use, within a container's "
+                "CPU quota (ONNX Runtime's own default counts the host's)."
             )
         },
     )
@@ -69,7 +82,7 @@ class EncodeArguments:
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Command line of ``scripts/encode_onnx.py``."""
-    (args,) = parse_arguments((EncodeArguments,), argv)
+    (args,) = parse_arguments((EncodeArguments,), argv, __doc__)
     import numpy as np
     from transformers import AutoConfig
 

@@ -1,7 +1,20 @@
-"""Turn a 512-position checkpoint into a long-input model with an efficient attention: the
-first step of the MRA paper's long-sequence recipe (Zeng et al., ICML 2022, section 5.2) and of
-Longformer's (Beltagy et al. 2020, section 5). ``scripts/convert_to_long.py`` is the command line
-over :func:`convert_to_long`.
+"""Stretch a 512-position checkpoint to long inputs with an efficient attention, as a masked-LM model
+ready for pretrain_mlm.py (``scripts/convert_to_long.py``, the command line over
+``convert_to_long()``): the first step of the MRA paper's long-sequence recipe (Zeng et al., ICML
+2022, section 5.2) and of Longformer's (Beltagy et al. 2020, section 5). The pretrained positions
+are repeated to fill the longer table; a checkpoint without an MLM head (a sentence encoder) gets a
+new one, drawn from --seed. Prints what it did.
+
+Reads: --model_name_or_path: a local folder or a Hub id of a BERT, RoBERTa, XLM-R, ELECTRA,
+CamemBERT or Longformer checkpoint (config, weights, tokenizer).
+Writes: into --output_dir (new or empty): the long masked-LM model (config.json with attn_impl and
+attn_config, weights), its tokenizer (model_max_length = --max_length) and provenance.json (the Hub
+checkpoint it came from and its license, for push_to_hub.py's card); a sentence-transformers
+checkpoint's pipeline too (modules.json, its module folders, the new max_seq_length).
+
+examples:
+  python scripts/convert_to_long.py --model_name_or_path roberta-base --max_length 4096 \\
+      --attn_impl mra2 --output_dir outputs/roberta-base-4096-mra2
 """
 
 from __future__ import annotations
@@ -183,7 +196,7 @@ def main(argv: Sequence[str] | None = None) -> ConversionReport:
     """Command line of ``scripts/convert_to_long.py``: convert, save, print what was done."""
     from .common.args import ModelArguments, parse_arguments
 
-    model_args, conversion_args = parse_arguments((ModelArguments, ConversionArguments), argv)
+    model_args, conversion_args = parse_arguments((ModelArguments, ConversionArguments), argv, __doc__)
     *_, report = convert_to_long(
         model_args.model_name_or_path,
         conversion_args.max_length,

@@ -1,8 +1,19 @@
 """A paper's released checkpoint (saved by Transformers' ``Mra*``, ``Yoso*`` or ``Nystromformer*``
 classes) written as a saved variant: the BERT model running the method its config records
-(``integration/released.py``), with its tokenizer and ``provenance.json``, so that it reloads as itself
-with the plugin and with plain Transformers, and trains and exports like any variant.
-``scripts/convert_checkpoint.py`` is the command line over :func:`convert_released_checkpoint`.
+(``integration/released.py``), so that it reloads as itself with the plugin and with plain
+Transformers, and trains and exports like any variant. ``scripts/convert_checkpoint.py`` is the
+command line over ``convert_released_checkpoint()``; it prints what it did (method and options,
+weights taken, new and left-over tensors).
+
+Reads: --model_name_or_path: a folder or Hub id saved by Transformers' Mra*, Yoso* or
+Nystromformer* classes (config, weights, tokenizer), e.g. uw-madison/mra-base-512-4.
+Writes: into --output_dir (new or empty): the variant (config.json with attn_impl and attn_config,
+weights), its tokenizer and provenance.json (the released checkpoint it came from, for
+push_to_hub.py's card).
+
+examples:
+  python scripts/convert_checkpoint.py --model_name_or_path uw-madison/mra-base-512-4 \\
+      --output_dir outputs/mra-base-512-4
 """
 
 from __future__ import annotations

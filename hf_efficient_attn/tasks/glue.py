@@ -1,15 +1,31 @@
-"""Fine-tuning on GLUE with Trainer (``scripts/finetune_glue.py``): the downstream step of the MRA
-paper (Zeng et al., ICML 2022, Tables 1 and 8: MNLI after swapping the attention), with the flags
-and output files of Transformers' ``run_glue.py``.
+"""Fine-tune an efficient-attention model on a GLUE task, or on your own labelled text, with
+Trainer (``scripts/finetune_glue.py``): the downstream step of the MRA paper (Zeng et al., ICML 2022,
+Tables 1 and 8: MNLI after swapping the attention), with the flags and output files of
+Transformers' run_glue.py, plus --attn_impl / --attn_config and --peft lora. Works under torchrun
+and accelerate launch (configs/accelerate/).
 
-Differences from ``run_glue.py``, each for a reason: the metrics are computed offline with
-scikit-learn / scipy (:mod:`.common.metrics`; ``evaluate.load("glue")`` needs the Hub); a GLUE task
-also reads local csv/json/tsv files in the Hub's column layout (MNLI's mismatched sets through
-``--validation_mismatched_file`` / ``--test_mismatched_file``), with labels given as ids or
-names checked against the task's label set; ``predict_results_<task>.txt`` writes labels as
-the GLUE server reads them (ids for CoLA, SST-2, MRPC, QQP, WNLI; names for MNLI, QNLI, RTE)
-and the test set's ``idx``; the loss is :func:`.loss.global_mean_loss` (the same loss on any
-number of processes); ``--peft lora`` trains a LoRA adapter (:mod:`.common.adapters`).
+Reads: --task_name alone: nyu-mll/glue from the Hub; else --dataset_name, or local csv, tsv or
+json/jsonl files (--train_file, --validation_file, --test_file). With --task_name, the files have
+the task's Hub columns (e.g. sst2: sentence, label; mnli: premise, hypothesis, label), labels as
+ids or names. Without it, the text is sentence1 and sentence2 when both are there, else the first
+one or two string columns besides label and idx; the classes are the label column's distinct
+values (float labels: regression). A test file may lack the label column.
+Writes: into --output_dir, as run_glue.py: the model and tokenizer, train_results.json,
+trainer_state.json, eval_results.json, all_results.json, predict_results_<task>.txt with
+--do_predict (predict_results.txt without a task; index<TAB>prediction), checkpoint-N/ folders,
+and provenance.json (what the model was made from, for push_to_hub.py's card).
+
+Differences from run_glue.py, each for a reason: the metrics are computed offline with
+scikit-learn / scipy (evaluate.load("glue") needs the Hub); a GLUE task also reads local files in
+the Hub's column layout (MNLI's mismatched sets through --validation_mismatched_file /
+--test_mismatched_file), their labels checked against the task's label set; the submission file
+writes labels as the GLUE server reads them (ids for CoLA, SST-2, MRPC, QQP, WNLI; names for MNLI,
+QNLI, RTE) and the test set's idx; the loss is the same on any number of processes.
+
+examples:
+  python scripts/finetune_glue.py --model_name_or_path roberta-base --attn_impl mra2 \\
+      --task_name mnli --max_seq_length 512 --do_train --do_eval --output_dir outputs/mnli-mra2
+  python scripts/finetune_glue.py configs/train/glue-mnli-roberta-base-mra2.json   # a whole configuration
 """
 
 from __future__ import annotations
@@ -112,6 +128,15 @@ class GlueDataArguments(DataArguments):
     """``run_glue.py``'s data flags, plus MNLI's mismatched files for local data."""
 
     file_extensions: ClassVar[tuple[str, ...]] = ("json", "jsonl", "csv", "tsv")
+    no_flag_help: ClassVar[dict[str, str]] = {
+        "pad_to_max_length": "Pad each batch to its longest example instead of every example to --max_seq_length."
+    }
+    #: Flags of Transformers' run_classification.py that this script does without: what it does instead.
+    flag_advice: ClassVar[dict[str, str]] = {
+        "text_column_names": "finetune_glue.py takes the text columns from --task_name, else from the data: sentence1 "
+        "and sentence2 when both are there, else the first one or two string columns besides label and idx",
+        "label_column_name": "finetune_glue.py reads the labels from the column named label",
+    }
 
     task_name: str | None = field(
         default=None,
@@ -119,7 +144,9 @@ class GlueDataArguments(DataArguments):
             "help": "GLUE task: "
             + ", ".join(GLUE_TASKS)
             + f". Alone it reads {GLUE_HUB_DATASET} from the Hub; with local files it sets their columns, labels "
-            "and metric."
+            "and metric. Default: the text columns and the classes come from the data (Reads: above), the metric is "
+            "accuracy (mse for float labels); with no --train_file: the classes the model's config records (a "
+            "fine-tuned model's id2label)."
         },
     )
     train_file: str | None = field(
@@ -142,10 +169,7 @@ class GlueDataArguments(DataArguments):
     )
     pad_to_max_length: bool = field(
         default=True,
-        metadata={
-            "help": "Pad every example to max_seq_length; with --no_pad_to_max_length, pad each batch to its longest "
-            "(--padding_free packs instead of either)."
-        },
+        metadata={"help": "Pad every example to --max_seq_length (--padding_free packs instead)."},
     )
     max_predict_samples: int | None = field(
         default=None, metadata={"help": "Keep only this many test examples (debugging, quick runs)."}
@@ -156,8 +180,8 @@ class GlueDataArguments(DataArguments):
             self.task_name = self.task_name.lower()
             if self.task_name not in GLUE_TASKS:
                 raise ValueError(f"--task_name {self.task_name!r}: unknown; allowed: {', '.join(GLUE_TASKS)}")
-        local = [self.train_file, self.validation_file, self.test_file]
-        if self.task_name is not None and self.dataset_name is None and not any(local):
+        local = [self.train_file, self.validation_file, *self.local_files().values()]
+        if self.task_name is not None and self.dataset_name is None and self.dataset_config_name is None and not any(local):
             self.dataset_name, self.dataset_config_name = GLUE_HUB_DATASET, self.task_name
         super().__post_init__()
         for flag in ("test_file", "validation_mismatched_file", "test_mismatched_file"):
@@ -432,7 +456,13 @@ def run_glue(
     scores = SCORE_NAMES[metric]
     main_score = "combined_score" if len(scores) > 1 else scores[0]
     line = summary_line(
-        model, train_metrics, mean_length(train_set), eval_metrics, f"eval_{main_score}", main_score.replace("_", " ")
+        model,
+        training_args.output_dir,
+        train_metrics,
+        mean_length(train_set),
+        eval_metrics,
+        f"eval_{main_score}",
+        main_score.replace("_", " "),
     )
     if trainer.is_world_process_zero():
         print(line)
@@ -499,7 +529,7 @@ def write_offline_sample(name: str, output_dir: str, validation_every: int = 4) 
 
 def main(argv: Sequence[str] | None = None, callbacks: Sequence[TrainerCallback] = ()) -> dict:
     """Command line of ``scripts/finetune_glue.py``."""
-    arguments = parse_arguments((ModelArguments, GlueDataArguments, PeftArguments, TrainingArguments), argv)
+    arguments = parse_arguments((ModelArguments, GlueDataArguments, PeftArguments, TrainingArguments), argv, __doc__)
     metrics = run_glue(*arguments, callbacks)
     leave_process_group()
     return metrics

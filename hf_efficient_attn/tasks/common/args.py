@@ -16,10 +16,12 @@ import dataclasses
 import difflib
 import json
 import os
+import re
 import sys
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Sequence
 
+from huggingface_hub import constants as hub_constants
 from huggingface_hub.utils import validate_repo_id
 from transformers import HfArgumentParser
 
@@ -92,10 +94,11 @@ def check_positive_flags(arguments: Any, *flags: str) -> None:
             raise ValueError(f"--{flag} must be a positive integer, got {value!r}")
 
 
-def check_model_source(flag: str, name: str | None) -> None:
+def check_model_source(flag: str, name: str | None, cache_dir: str | None = None) -> None:
     """``ValueError`` for a ``--flag`` model that is neither a local folder nor possibly a Hub id:
     a file, or a missing path that is written as one (``./x``, ``/x``, ``~/x``, ``a/b/c``, or ``a/b``
-    where the folder ``a`` exists). Other names are left to ``from_pretrained`` (the Hub)."""
+    where the folder ``a`` exists), or in offline mode a Hub id missing from the local Hub cache
+    (``cache_dir``, default Hugging Face's). Other names are left to ``from_pretrained`` (the Hub)."""
     if name is None or os.path.isdir(name):
         return
     if os.path.exists(name):
@@ -103,6 +106,23 @@ def check_model_source(flag: str, name: str | None) -> None:
     parent = os.path.dirname(name.rstrip("/"))
     if name.startswith((".", "/", "~")) or (parent and os.path.isdir(parent)) or not _is_hub_id(name):
         raise ValueError(f"--{flag} {name!r}: no such folder (and not a Hub model id)")
+    cached = os.path.join(cache_dir or hub_constants.HF_HUB_CACHE, "models--" + name.replace("/", "--"))
+    if hub_constants.HF_HUB_OFFLINE and not os.path.isdir(cached):
+        raise not_downloadable(flag, name)
+
+
+def not_downloadable(flag: str, name: str) -> ValueError:
+    """The error for a ``--flag`` Hub id that is not in the local Hub cache and cannot be downloaded
+    (offline mode, or no network)."""
+    if hub_constants.HF_HUB_OFFLINE:
+        return ValueError(
+            f"--{flag} {name!r} is not in the local Hub cache, and offline mode (HF_HUB_OFFLINE=1) forbids "
+            "downloading it: give a local folder, or unset HF_HUB_OFFLINE"
+        )
+    return ValueError(
+        f"--{flag} {name!r} is not in the local Hub cache, and the Hub cannot be reached (no network?): give a "
+        "local folder, or rerun where huggingface.co can be reached"
+    )
 
 
 def _is_hub_id(name: str) -> bool:
@@ -156,6 +176,8 @@ class _MethodChoice:
 class ModelArguments(_MethodChoice):
     """Which checkpoint, tokenizer and attention method to use (``run_mlm.py``'s model flags)."""
 
+    no_flag_help: ClassVar[dict[str, str]] = {"use_fast_tokenizer": "Refused: Transformers 5 loads the fast tokenizer only."}
+
     model_name_or_path: str = field(
         metadata={"help": "Checkpoint to start from: a Hub id or a local folder (e.g. one written by convert_to_long)."}
     )
@@ -179,7 +201,7 @@ class ModelArguments(_MethodChoice):
         default="main", metadata={"help": "The model version to use (branch name, tag name or commit id)."}
     )
     token: str | None = field(
-        default=None, metadata={"help": "Hub token for private models (default: the one `hf auth login` stored)."}
+        default=None, metadata={"help": "Hub token for private models. Default: the one `hf auth login` stored."}
     )
     trust_remote_code: bool = field(
         default=False, metadata={"help": "Allow checkpoints whose code lives on the Hub to run it locally."}
@@ -187,7 +209,7 @@ class ModelArguments(_MethodChoice):
 
     def __post_init__(self) -> None:
         for flag in ("model_name_or_path", "config_name", "tokenizer_name"):
-            check_model_source(flag, getattr(self, flag))
+            check_model_source(flag, getattr(self, flag), self.cache_dir)
         check_fast_tokenizer(self.use_fast_tokenizer)
         if self.attn_impl is not None:
             resolve_options(self.attn_impl, self.attn_options)  # unknown method/option -> ValueError
@@ -257,6 +279,10 @@ class DataArguments:
         local = (self.train_file, self.validation_file, getattr(self, "test_file", None))  # GLUE has a test file
         if self.data_required and self.dataset_name is None and not any(local):
             raise ValueError("give a dataset: --dataset_name NAME, or --train_file / --validation_file")
+        if self.dataset_name is not None and any(local):  # the loaders would read the Hub dataset alone
+            raise ValueError("--dataset_name and local files (--train_file, ...) both name the data: give one of them")
+        if self.dataset_config_name is not None and self.dataset_name is None:
+            raise ValueError("--dataset_config_name is a configuration of --dataset_name: give that too, or leave it out")
         for flag in ("train_file", "validation_file"):
             check_data_file(flag, getattr(self, flag), self.file_extensions)
         check_positive_flags(self, "max_seq_length", "max_train_samples", "max_eval_samples", "preprocessing_num_workers")
@@ -291,24 +317,65 @@ def check_data_file(flag: str, path: str | None, extensions: Sequence[str]) -> N
         raise ValueError(f"--{flag} {path!r}: the file is empty")
 
 
-class _HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
-    """``--help``: the description as written (examples keep their lines), each flag's default shown."""
+#: A help text that speaks of its default itself ("Default: ...", "(default)", "by default"): then
+#: ``--help`` adds no ``(default: X)`` of its own.
+STATES_DEFAULT = re.compile(r"\bdefault", re.IGNORECASE)
+
+
+def shown_default(action: argparse.Action) -> bool:
+    """Whether ``--help`` shows the default of ``action``: not for a ``--no_X`` flag (its default is the
+    positive's), an unset default (None or empty, as every required flag's: the help says in words what
+    happens then, where it matters), nor a help that speaks of its default itself."""
+    unset = action.default in (None, argparse.SUPPRESS) or action.default == [] or action.default == ""
+    return not (isinstance(action, argparse._StoreFalseAction) or unset or STATES_DEFAULT.search(action.help or ""))
+
+
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """``--help``: the description as written (examples keep their lines), each flag's default shown
+    where :func:`shown_default` says so."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        help_text = action.help or ""
+        return f"{help_text} (default: %(default)s)" if shown_default(action) else help_text
+
+
+def describe_negative_flags(parser: argparse.ArgumentParser, dataclass_types: Sequence[type]) -> None:
+    """Give each ``--no_X`` flag (HfArgumentParser adds one for a bool defaulting to True, with the
+    positive's help) a help of its own: a dataclass's ``no_flag_help`` (a ClassVar: field name -> help of
+    its ``--no_X``; HfArgumentParser passes any metadata key on to argparse), else what it turns off."""
+    written = {name: text for cls in dataclass_types for name, text in getattr(cls, "no_flag_help", {}).items()}
+    for action in parser._actions:
+        if isinstance(action, argparse._StoreFalseAction) and action.option_strings[0].startswith("--no_"):
+            action.help = written.get(action.dest, f"Turn off --{action.dest} (on unless this is given).")
 
 
 def parse_arguments(
     dataclass_types: Sequence[type], argv: Sequence[str] | None = None, description: str | None = None
 ) -> tuple[Any, ...]:
     """Parse the command line (``argv``, default ``sys.argv[1:]``) into the dataclasses; ``--help``
-    shows ``description`` and each field's ``metadata["help"]``.
+    shows ``description`` and each field's ``metadata["help"]`` (the ``--no_X`` of a bool defaulting to
+    True: :func:`describe_negative_flags`).
+
+    ``description`` says, in this order: what the script does (a paragraph); for a script with modes,
+    a line ``Default: ...`` (what it does when no mode-choosing flag is given); a line ``Reads: ...``
+    (its inputs, and for local data files their format and the columns they need); a line
+    ``Writes: ...`` (the files it writes and where, e.g. into --output_dir: ``train_results.json``,
+    ``eval_results.json``, ``all_results.json``, ``trainer_state.json``, the model, ...); then
+    ``examples:`` with commands. A flag's help that states what happens without the flag says it
+    last, as ``Default: ...`` (per mode: ``Default: A; with --flag: B``); --help then shows no
+    ``(default: X)`` of its own (:func:`shown_default`). tests/test_cli_help.py and
+    tests/defaults_table.py read these forms.
 
     A single argument ending in ``.json`` is read as the whole configuration (its keys are the
-    flag names), as in Transformers' examples. An unknown flag or key (with the closest flag), a
-    missing required key and a file that is not a JSON object raise ``ValueError``, before any
-    dataclass checks its values.
+    flag names), as in Transformers' examples. An unknown flag or key (with a plausible flag it
+    misspells, or a dataclass's ``flag_advice`` for a flag it lacks on purpose), a missing required
+    key and a file that is not a JSON object raise ``ValueError``, before any dataclass checks its
+    values.
     """
     # No abbreviations: HfArgumentParser adds each flag twice (--task_name, --task-name), so argparse
     # would call any prefix ambiguous; a prefix is an unknown flag, answered with the full name.
     parser = HfArgumentParser(dataclass_types, description=description, formatter_class=_HelpFormatter, allow_abbrev=False)
+    describe_negative_flags(parser, dataclass_types)
     argv = list(sys.argv[1:] if argv is None else argv)
     if len(argv) == 1 and argv[0].endswith(".json"):
         return parser.parse_dict(read_json_configuration(argv[0], dataclass_types))
@@ -319,14 +386,83 @@ def parse_arguments(
         if not first.startswith("-"):
             raise ValueError(f"unexpected argument {first!r}: every value follows its flag (see {parser.prog} --help)")
         flag = first.split("=")[0]
+        advice = flag_advice(flag, dataclass_types)
+        if advice:
+            raise ValueError(f"unknown flag {flag}: {advice} (see {parser.prog} --help)")
         raise ValueError(f"unknown flag {flag}{did_you_mean(flag, flags)} (see {parser.prog} --help)")
     return parser.parse_args_into_dataclasses(args=argv)
 
 
+#: Names other tools give a flag -> its name here (Transformers' older examples and TrainingArguments).
+OTHER_NAMES = {
+    "model": "model_name_or_path",
+    "batch_size": "per_device_train_batch_size",
+    "lr": "learning_rate",
+    "warmup_ratio": "warmup_steps",
+    "attn_implementation": "attn_impl",
+}
+
+
+def _words(name: str) -> list[str]:
+    return [word for word in re.split(r"[-_]+", name.lower()) if word]
+
+
+def _same_word(typed: str, word: str) -> bool:
+    """``typed`` is ``word``, shortened or misspelt."""
+    return word.startswith(typed) or _alike(typed, word) >= 0.75
+
+
+def _alike(a: str, b: str) -> float:
+    return difflib.SequenceMatcher(None, a, b).ratio()
+
+
+def abbreviates(name: str, flag: str) -> bool:
+    """Whether ``name``'s words are ``flag``'s first words, each maybe shortened or misspelt
+    (``--task`` for ``--task_name``, ``--out-dir`` for ``--output_dir``)."""
+    typed, words = _words(name), _words(flag)
+    return 0 < len(typed) <= len(words) and all(_same_word(t, w) for t, w in zip(typed, words))
+
+
+def misspells(name: str, flag: str) -> bool:
+    """Whether ``name`` plausibly means ``flag``: it abbreviates it; or each of its words is one of
+    ``flag``'s, shortened or misspelt, and the two are alike as wholes (``--lerning_rate``,
+    ``--num_epochs``; not ``--text_column`` for ``--length_column_name``, nor ``--lr`` for
+    ``--lr_scheduler_type``); or they differ only in separators and a typo (``--maxseqlength``)."""
+    typed, words = _words(name), _words(flag)
+    if abbreviates(name, flag):
+        return True
+    if typed and all(any(_same_word(t, w) for w in words) for t in typed) and _alike(*_joined(name, flag)) >= 0.5:
+        return True
+    return _alike("".join(typed), "".join(words)) >= 0.85
+
+
+def _joined(name: str, flag: str) -> tuple[str, str]:
+    return "_".join(_words(name)), "_".join(_words(flag))
+
+
 def did_you_mean(name: str, allowed: Sequence[str]) -> str:
-    """`` (did you mean X?)`` for the closest of ``allowed``, or nothing."""
-    close = difflib.get_close_matches(name, allowed, n=1)
-    return f" (did you mean {close[0]}?)" if close else ""
+    """`` (did you mean X?)`` for the flag of ``allowed`` that ``name`` most plausibly means, or
+    nothing: the flag of that name in another tool (:data:`OTHER_NAMES`), else of those it
+    :func:`misspells`, one it abbreviates first, then the most alike."""
+    prefix = "--" if name.startswith("-") else ""
+    other = OTHER_NAMES.get("_".join(_words(name)))
+    if other is not None and prefix + other in allowed:
+        return f" (did you mean {prefix + other}?)"
+    close = [flag for flag in allowed if misspells(name, flag)]
+    if not close:
+        return ""
+    best = max(close, key=lambda flag: (abbreviates(name, flag), _alike(*_joined(name, flag))))
+    return f" (did you mean {best}?)"
+
+
+def flag_advice(name: str, dataclass_types: Sequence[type]) -> str | None:
+    """What a script does instead of a flag it lacks on purpose: the ``flag_advice`` (a ClassVar: flag
+    name -> advice) of the dataclasses, for a flag that ``name`` plausibly misspells."""
+    for cls in dataclass_types:
+        for flag, advice in getattr(cls, "flag_advice", {}).items():
+            if misspells(name, flag):
+                return advice
+    return None
 
 
 def read_json_configuration(path: str, dataclass_types: Sequence[type]) -> dict[str, Any]:
@@ -344,9 +480,10 @@ def read_json_configuration(path: str, dataclass_types: Sequence[type]) -> dict[
     names = [f.name for f in fields]
     unknown = [key for key in values if key not in names]
     if unknown:
+        advice = flag_advice(unknown[0], dataclass_types)
         raise ValueError(
-            f"configuration file {path!r}: unknown key {unknown[0]!r}{did_you_mean(unknown[0], names)}; "
-            "its keys are the script's flag names"
+            f"configuration file {path!r}: unknown key {unknown[0]!r}"
+            + (f": {advice}" if advice else f"{did_you_mean(unknown[0], names)}; its keys are the script's flag names")
         )
     required = [f.name for f in fields if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
     missing = [name for name in required if name not in values]

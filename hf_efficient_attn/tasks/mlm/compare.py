@@ -1,20 +1,34 @@
-"""Which method at which length: continued masked-LM training of one checkpoint with each attention
-method, measured (``scripts/compare_methods.py``).
+"""Which method at which length: compare attention methods on your checkpoint, your length and your
+text by continued masked-LM training of one checkpoint with each method (``scripts/compare_methods.py``).
+Flags: --methods, --attn_config (a JSON object keyed by method name), --head_warmup_steps, those of
+pretrain_mlm.py and every TrainingArguments flag.
 
 The comparison follows the MRA paper's (Zeng et al., "Multi Resolution Analysis (MRA) for
 Approximate Self-Attention", ICML 2022, Tables 3 and 4: a stretched checkpoint trained on with
 each method, masked-token accuracy compared with exact attention's). Every method starts from the
 same weights and sees the same batches with the same masks (the pretraining pipeline of
-:mod:`.pretrain`: same seed, deterministic masks); only the attention differs. A checkpoint whose MLM
-head is new (a sentence encoder stretched by ``convert_to_long``) first gets its head trained
+pretrain_mlm.py: same seed, deterministic masks); only the attention differs. A checkpoint whose MLM
+head is new (a sentence encoder stretched by convert_to_long.py) first gets its head trained
 with exact attention, the rest frozen, and every method starts from that warmed checkpoint, so
-that the comparison measures the attention, not the head.
+that the comparison measures the attention, not the head. Each method trains in its own process,
+so that its peak memory and its time per step are its own (a process's heap keeps what an earlier
+method grew it to). Rerunning the same command skips finished methods and resumes an interrupted one.
 
-Each method trains in its own process (spawned), so that its peak memory and its time per step
-are its own (a process's heap keeps what an earlier method grew it to). Each writes into
-``output_dir/<method>/`` with the crash-safe checkpoints of :mod:`..common.driver` and a done marker
-written last: rerunning the same command skips finished methods and resumes an interrupted one.
-The results are ``results.csv``, ``comparison.png`` and ``summary.md`` in ``output_dir``.
+Reads: the data of pretrain_mlm.py (--dataset_name, or .txt / .json / .jsonl / .csv files).
+Default: without --dataset_name, --train_file and --validation_file, the real English Wikipedia
+articles of gensim's test data, written to --output_dir/data/ (the last 8 held out for validation).
+Writes: into --output_dir: results.csv (every evaluation of every method), comparison.png and
+summary.md (the final numbers against softmax's, and a recommendation), comparison.json (the
+settings every method shares), and a folder per method (and head_warmup/) with the model and
+tokenizer, train_results.json, trainer_state.json and checkpoint-N/ folders as pretrain_mlm.py
+writes them, its results.csv and a done marker.
+
+examples:
+  python scripts/convert_to_long.py --model_name_or_path roberta-base --max_length 2048 \\
+      --output_dir outputs/roberta-base-2048
+  python scripts/compare_methods.py --model_name_or_path outputs/roberta-base-2048 \\
+      --methods softmax,mra2,linformer --max_seq_length 2048 --max_steps 300 --eval_steps 50 \\
+      --per_device_train_batch_size 4 --output_dir outputs/compare-2048
 """
 
 from __future__ import annotations
@@ -502,4 +516,4 @@ def check_same_start(output_dir: str, methods: Sequence[str]) -> None:
 def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     """Command line of ``scripts/compare_methods.py``."""
     types = (ComparisonModelArguments, ComparisonDataArguments, ComparisonArguments, TrainingArguments)
-    return run_comparison(*parse_arguments(types, argv))
+    return run_comparison(*parse_arguments(types, argv, __doc__))

@@ -1,11 +1,29 @@
-"""Continued masked-language-model pretraining with Trainer (``scripts/pretrain_mlm.py``): the
-recovery step of the MRA paper (Zeng et al., ICML 2022, section 5.2) after stretching a checkpoint
-with ``convert_to_long``.
+"""Continue masked-language-model pretraining with an efficient attention, with Trainer
+(``scripts/pretrain_mlm.py``): the recovery step of the MRA paper (Zeng et al., ICML 2022, section
+5.2) after stretching a checkpoint with convert_to_long.py, with the flags and output files of
+Transformers' run_mlm.py, plus --attn_impl / --attn_config. Works under torchrun and accelerate
+launch (configs/accelerate/).
 
-Differences from Transformers' ``run_mlm.py``, each for a reason: masks come from
-:mod:`..common.masking` (exact resume, fixed validation masks), the loss from :mod:`..common.loss` (same loss
-on any number of processes), a missing text column or a ``--max_seq_length`` beyond the
-position table is an error instead of a silent fallback.
+Reads: --dataset_name from the Hub, or local files (--train_file, --validation_file): .txt, one
+text per line, or .json/.jsonl/.csv with the text in a string column (--text_column_name). Without
+a validation split, the first --validation_split_percentage % of the training rows. The texts are
+concatenated and cut into blocks of --max_seq_length tokens (--line_by_line: one example per line).
+Writes: into --output_dir, as run_mlm.py: the model and tokenizer, train_results.json,
+trainer_state.json, eval_results.json (eval_accuracy: masked-token accuracy; perplexity),
+all_results.json, checkpoint-N/ folders, and provenance.json (what the model was made from, for
+push_to_hub.py's card); a sentence-transformers checkpoint stays one (modules.json and its module
+folders).
+
+Differences from run_mlm.py, each for a reason: the masks are a function of (seed, epoch,
+example), so a resumed run trains on the masks of an uninterrupted one, and the validation masks
+are fixed (--eval_mask_seed); the loss is the same on any number of processes; a missing text
+column or a --max_seq_length beyond the position table is an error instead of a silent fallback.
+
+examples:
+  python scripts/pretrain_mlm.py --model_name_or_path outputs/roberta-base-4096-mra2 \\
+      --train_file train.txt --validation_file valid.txt --max_seq_length 4096 \\
+      --do_train --do_eval --output_dir outputs/mlm
+  python scripts/pretrain_mlm.py configs/train/roberta-base-4096-mra2.json   # a whole configuration
 """
 
 from __future__ import annotations
@@ -66,7 +84,9 @@ class MLMDataArguments(DataArguments):
         default=False,
         metadata={"help": "One example per non-empty line (truncated), instead of full blocks of concatenated text."},
     )
-    text_column_name: str | None = field(default=None, metadata={"help": "Column holding the text (default: text)."})
+    text_column_name: str | None = field(
+        default=None, metadata={"help": "The column of a json/jsonl/csv file that holds the text. Default: text."}
+    )
     eval_mask_seed: int = field(
         default=0,
         metadata={"help": "Seed of the validation masks (fixed, independent of --seed, so runs are comparable)."},
@@ -197,7 +217,9 @@ def run_mlm(
         if trainer.is_world_process_zero():  # the same encoder, trained on: a sentence encoder stays one
             copy_pipeline(model_args.model_name_or_path, training_args.output_dir, **model_args.hub_kwargs())
     tokens_per_example = mean_length(train_set.examples) if train_set is not None else None
-    line = summary_line(model, train_metrics, tokens_per_example, eval_metrics, metric_label="masked-token accuracy")
+    line = summary_line(
+        model, training_args.output_dir, train_metrics, tokens_per_example, eval_metrics, metric_label="masked-token accuracy"
+    )
     if trainer.is_world_process_zero():
         print(line)
     return {**(train_metrics or {}), **(eval_metrics or {})}
@@ -205,6 +227,6 @@ def run_mlm(
 
 def main(argv: Sequence[str] | None = None, callbacks: Sequence[TrainerCallback] = ()) -> dict:
     """Command line of ``scripts/pretrain_mlm.py``."""
-    metrics = run_mlm(*parse_arguments((ModelArguments, MLMDataArguments, TrainingArguments), argv), callbacks)
+    metrics = run_mlm(*parse_arguments((ModelArguments, MLMDataArguments, TrainingArguments), argv, __doc__), callbacks)
     leave_process_group()
     return metrics

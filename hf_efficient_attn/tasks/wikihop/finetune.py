@@ -1,15 +1,25 @@
-"""Fine-tuning on WikiHop with Trainer (``scripts/finetune_wikihop.py``): the multi-hop reading
-task of the Longformer paper (Beltagy et al. 2020, section 6) that the MRA paper (Zeng et al., ICML
-2022) fine-tunes its 4096-token MRA-2 RoBERTa on (Table 8: batch 32, lr 5e-5, 15 epochs).
+"""Fine-tune an efficient-attention model on WikiHop with Trainer (``scripts/finetune_wikihop.py``):
+the multi-hop reading task of the Longformer paper (Beltagy et al. 2020, section 6) that the MRA
+paper (Zeng et al., ICML 2022) fine-tunes its 4096-token MRA-2 RoBERTa on (Table 8: batch 32, lr
+5e-5, 15 epochs). The question and candidates come first, wrapped in new marker tokens whose
+embeddings start at the mean of the existing ones, then the documents, in chunks of
+--max_seq_length tokens; each candidate gets one score, summed over the chunks. Flags: those of
+Transformers' examples and every TrainingArguments flag, plus --attn_impl / --attn_config and
+--max_chunks. Works under torchrun and accelerate launch (configs/accelerate/).
 
-The model is :class:`~hf_efficient_attn.tasks.wikihop.heads.AutoModelForCandidateScoring` with the
-checkpoint's (or ``--attn_impl``'s) attention; the inputs are built by
-:mod:`.data` (question and candidates first, wrapped in new marker tokens whose embeddings
-start at the mean of the existing ones, then the documents, in chunks of ``--max_seq_length``);
-the loss is :func:`.loss.global_mean_loss` (cross-entropy over the candidates, the same on any
-number of processes). Evaluation writes ``eval_accuracy`` to ``eval_results.json`` and
-``predictions.json``: each example's id mapped to its predicted candidate, the format of the
-official WikiHop evaluation.
+Reads: qangaroo JSON files (--train_file, --validation_file: WikiHop's train.json and dev.json, a
+JSON array, or JSON lines, of objects with id, query, answer, candidates and supports), or a Hub
+dataset in that schema (--dataset_name community-datasets/qangaroo --dataset_config_name wikihop).
+Writes: into --output_dir: the model and tokenizer, train_results.json, trainer_state.json,
+eval_results.json (eval_accuracy), all_results.json, predictions.json (each example's id -> its
+predicted candidate, the official WikiHop evaluation's input), checkpoint-N/ folders, and
+provenance.json (what the model was made from, for push_to_hub.py's card).
+
+examples:
+  python scripts/finetune_wikihop.py --model_name_or_path outputs/mlm-roberta-base-4096-mra2 \\
+      --train_file qangaroo_v1.1/wikihop/train.json --validation_file qangaroo_v1.1/wikihop/dev.json \\
+      --max_seq_length 4096 --do_train --do_eval --output_dir outputs/wikihop
+  python scripts/finetune_wikihop.py configs/train/wikihop-roberta-base-4096-mra2.json   # a whole configuration
 """
 
 from __future__ import annotations
@@ -88,21 +98,23 @@ class WikiHopDataArguments(DataArguments):
     pad_to_max_length: bool = field(
         default=False,
         metadata={
-            "help": "Pad every chunk to --max_seq_length (default: to the longest chunk of the batch; "
-            "--padding_free packs the chunks instead)."
+            "help": "Pad every chunk to --max_seq_length (--padding_free packs the chunks instead). Default: pad "
+            "each batch to its longest chunk."
         },
     )
     max_chunks: int | None = field(
         default=None,
         metadata={
-            "help": "Keep at most this many chunks of --max_seq_length tokens per example (the first ones); "
-            "default: every chunk, so every document is read."
+            "help": "Keep at most this many chunks of --max_seq_length tokens per example (the first ones). "
+            "Default: every chunk, so every document is read."
         },
     )
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check_positive_flags(self, "max_chunks")
+        if self.pad_to_max_length and self.padding_free:
+            raise ValueError("--pad_to_max_length and --padding_free: packed chunks have no padding; give one of them")
 
 
 class CandidateAccuracy:
@@ -210,7 +222,9 @@ def run_wikihop(
     if train_metrics is not None:
         record_stage(trainer, model_args, data_args, "WikiHop fine-tuning", "finetune_wikihop.py", max_length,
                      train_metrics, eval_metrics)  # fmt: skip
-    line = summary_line(model, train_metrics, mean_length(train_set), eval_metrics, metric_label="accuracy")
+    line = summary_line(
+        model, training_args.output_dir, train_metrics, mean_length(train_set), eval_metrics, metric_label="accuracy"
+    )
     if trainer.is_world_process_zero():
         print(line)
     return {**(train_metrics or {}), **(eval_metrics or {})}
@@ -218,6 +232,7 @@ def run_wikihop(
 
 def main(argv: Sequence[str] | None = None, callbacks: Sequence[TrainerCallback] = ()) -> dict:
     """Command line of ``scripts/finetune_wikihop.py``."""
-    metrics = run_wikihop(*parse_arguments((ModelArguments, WikiHopDataArguments, TrainingArguments), argv), callbacks)
+    arguments = parse_arguments((ModelArguments, WikiHopDataArguments, TrainingArguments), argv, __doc__)
+    metrics = run_wikihop(*arguments, callbacks)
     leave_process_group()
     return metrics

@@ -1,12 +1,16 @@
 """Speed and peak memory against SDPA, versus sequence length (``scripts/benchmark.py``); every
-measurement in a fresh process.
+measurement in a fresh process. What each benchmark measures, how time and peak memory are taken
+(warm-up, rounds, the allocator) and the results: docs/benchmarks.md.
 
-Benchmarks, each written to ``--output_dir`` as a table (md, csv) and raw measurements (json): one
-attention call per method (default; also a png), ``--model`` (an MLM training step of a
-roberta-base-width encoder; png), ``--compile`` (eager against ``torch.compile``), ``--onnx`` (ONNX
-Runtime against eager) and ``--mixed_lengths`` (padded against packed batches). What each measures,
-how time and peak memory are taken (warm-up, rounds, the allocator) and the results:
-docs/benchmarks.md.
+Default: one attention call per method, forward and forward+backward, on random q, k, v; --model (an MLM
+training step of a roberta-base-width encoder), --compile (eager against torch.compile), --onnx
+(ONNX Runtime against eager) or --mixed_lengths (padded against packed batches) benchmark a whole
+model instead.
+Reads: nothing but the flags (random inputs; --mixed_lengths: the lengths of gensim's Wikipedia
+articles under all-MiniLM-L6-v2's tokenizer).
+Writes: into --output_dir, the benchmark's table (a .md and a .csv) and raw measurements (a .json),
+named after it: attention.* and model_step.* (each with a .png plot), compile.*, onnx.*,
+mixed_lengths.*.
 """
 
 from __future__ import annotations
@@ -239,8 +243,8 @@ class BenchmarkArguments:
     repeats: int | None = field(
         default=None,
         metadata={
-            "help": "Timed calls per process after the warm-up, their median kept. Default: 3; with --model "
-            "and --mixed_lengths (a pass over every document): 1."
+            "help": "Timed calls per process after the warm-up, their median kept. Default: 3; with --model or "
+            "--mixed_lengths: 1 (a pass over every document)."
         },
     )
     warmup: int | None = field(
@@ -259,7 +263,7 @@ class BenchmarkArguments:
         },
     )
     threads: int | None = field(
-        default=None, metadata={"help": "CPU threads of each measuring process (default: torch's default)."}
+        default=None, metadata={"help": "CPU threads of each measuring process. Default: torch's default."}
     )
     forward_only: bool = field(default=False, metadata={"help": "Attention benchmark only: no backward."})
     competing_process: bool = field(

@@ -8,7 +8,7 @@ import os
 import statistics
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any, Sequence
+from typing import Any, ClassVar, Sequence
 
 import torch
 import transformers
@@ -31,7 +31,13 @@ from .report import check_claims, markdown_table, plot, rows
 
 DESCRIPTION = """Approximation error vs time of every method on real Q/K/V of a pretrained checkpoint
 (all-MiniLM-L6-v2) on real English Wikipedia text; optionally (--embeddings), agreement of sentence
-embeddings after swapping attention without training.
+embeddings after swapping attention without training. The method and results: docs/benchmarks.md.
+
+Default: the error study alone (--errors on, --embeddings off), of every method at each of --seq_lens.
+Reads: --model_name_or_path (a folder or Hub id of an encoder checkpoint), else all-MiniLM-L6-v2 from
+pip; the texts of gensim's test data (Wikipedia articles, news sentences and articles).
+Writes: into --output_dir: quality.md (the report); the error study: quality.csv, quality.png and
+meta.json (the model, the texts and the budget grid); --embeddings: embeddings.csv.
 
 examples:
   python scripts/quality.py --seq_lens 512 --methods mra2,nystromformer
@@ -42,6 +48,8 @@ examples:
 @dataclass
 class QualityArguments:
     """The flags of ``scripts/quality.py``, checked on construction."""
+
+    no_flag_help: ClassVar[dict[str, str]] = {"errors": "Skip the error study: only --embeddings, which must then be given."}
 
     methods: str | None = field(
         default=None,
@@ -62,9 +70,7 @@ class QualityArguments:
             "help": "Sequence lengths of the error study, space-separated (beyond 512 the position table is tiled on a copy)."
         },
     )
-    errors: bool = field(
-        default=True, metadata={"help": "Measure the errors and times at --seq_lens (--no_errors: only --embeddings)."}
-    )
+    errors: bool = field(default=True, metadata={"help": "Measure the errors and times at --seq_lens."})
     embeddings: bool = field(
         default=False,
         metadata={"help": "Also compare sentence embeddings of the swapped model with exact attention."},
