@@ -19,6 +19,7 @@ checks that every default has one, that no entry is stale and that each named te
 from __future__ import annotations
 
 import dataclasses
+import functools
 import io
 import re
 from contextlib import redirect_stdout
@@ -39,6 +40,7 @@ def default_keys(help_text: str, name: str) -> list[str]:
     return [name] + [f"{name} with {mode.strip()}" for mode in MODE_CASE.findall(statement)]
 
 
+@functools.lru_cache(maxsize=None)
 def field_help(script: str) -> dict[str, str]:
     """Each flag of the project's own dataclasses that ``script`` parses -> its help text."""
     from transformers import TrainingArguments
@@ -50,6 +52,7 @@ def field_help(script: str) -> dict[str, str]:
     return helps
 
 
+@functools.lru_cache(maxsize=None)
 def description(script: str) -> str:
     """The description ``script --help`` opens with."""
     out = io.StringIO()

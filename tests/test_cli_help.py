@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import io
 import re
 
@@ -25,7 +26,8 @@ TRAINING_SCRIPTS = ("finetune_glue", "finetune_wikihop", "pretrain_mlm")
 TRAINING_OUTPUTS = ("train_results.json", "eval_results.json", "all_results.json", "trainer_state.json", "provenance.json")
 
 
-def script_help(script: str, monkeypatch) -> tuple[str, argparse.ArgumentParser]:
+@functools.lru_cache(maxsize=None)
+def script_help(script: str) -> tuple[str, argparse.ArgumentParser]:
     """The text ``script --help`` prints (one flag's help per line: a wide terminal) and its parser."""
     parsers = []
 
@@ -34,10 +36,10 @@ def script_help(script: str, monkeypatch) -> tuple[str, argparse.ArgumentParser]
             super().__init__(dataclass_types, **kwargs)
             parsers.append(self)
 
-    monkeypatch.setattr(args, "HfArgumentParser", RecordingParser)
-    monkeypatch.setenv("COLUMNS", "1000")
     out = io.StringIO()
-    with contextlib.redirect_stdout(out), pytest.raises(SystemExit):
+    with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(out), pytest.raises(SystemExit):
+        patch.setattr(args, "HfArgumentParser", RecordingParser)
+        patch.setenv("COLUMNS", "1000")
         script_main(script)(["--help"])
     return out.getvalue(), parsers[0]
 
@@ -54,8 +56,8 @@ def flag_helps(parser: argparse.ArgumentParser) -> dict[str, str]:
 
 
 @pytest.mark.parametrize("script", sorted(SCRIPT_MAINS))
-def test_help_opens_with_what_the_script_does_reads_and_writes(script, monkeypatch):
-    text, _ = script_help(script, monkeypatch)
+def test_help_opens_with_what_the_script_does_reads_and_writes(script):
+    text, _ = script_help(script)
     described = description(text)
     lines = described.splitlines()
     assert lines and lines[0].strip() and not lines[0].startswith(("Reads:", "Writes:", "Default:")), described
@@ -68,8 +70,8 @@ def test_help_opens_with_what_the_script_does_reads_and_writes(script, monkeypat
 
 
 @pytest.mark.parametrize("script", sorted(SCRIPT_MAINS))
-def test_no_unset_required_or_doubled_default_is_shown(script, monkeypatch):
-    text, parser = script_help(script, monkeypatch)
+def test_no_unset_required_or_doubled_default_is_shown(script):
+    text, parser = script_help(script)
     assert "(default: None)" not in text
     helps = flag_helps(parser)
     for action in parser._actions:
@@ -87,8 +89,8 @@ def test_no_unset_required_or_doubled_default_is_shown(script, monkeypatch):
 
 
 @pytest.mark.parametrize("script", sorted(SCRIPT_MAINS))
-def test_every_negative_flag_says_what_it_does(script, monkeypatch):
-    _, parser = script_help(script, monkeypatch)
+def test_every_negative_flag_says_what_it_does(script):
+    _, parser = script_help(script)
     positives = {a.dest: a for a in parser._actions if not isinstance(a, argparse._StoreFalseAction)}
     negatives = [a for a in parser._actions if isinstance(a, argparse._StoreFalseAction)]
     for negative in negatives:

@@ -174,8 +174,7 @@ def shown_defaults(script: str) -> dict[str, str]:
     """Each flag's ``(default: X)`` as ``script --help`` shows it."""
     from test_cli_help import flag_helps, script_help
 
-    with pytest.MonkeyPatch.context() as patch:
-        _, parser = script_help(script, patch)
+    _, parser = script_help(script)
     shown = {flag: re.search(r"\(default: (.*)\)$", text) for flag, text in flag_helps(parser).items()}
     return {flag.lstrip("-"): found.group(1) for flag, found in shown.items() if found}
 
