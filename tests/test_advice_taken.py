@@ -914,3 +914,60 @@ def test_results_file_without_metrics_advice(variant, tmp_path):
         dry_run(variant, tmp_path / "a", results_file=str(tmp_path / "train_results.json"), **options)
     dry_run(variant, tmp_path / "b", results_file=str(tmp_path / "eval_results.json"), **options)
     assert "0.75" in (tmp_path / "b" / "README.md").read_text()
+
+
+def test_benchmark_flags_advice():
+    """'give one of them' (two whole-model benchmarks), 'leave --device and --dtype at cpu / fp32' (--onnx) and,
+    without a GPU, 'use --device cpu': each advised command line parses to what it asks."""
+    from hf_efficient_attn.tools.benchmark.cli import parse_args
+
+    with raises(ValueError, "are four benchmarks: give one of them"):
+        parse_args(["--model", "--onnx"])
+    assert parse_args(["--model"]).model and parse_args(["--onnx"]).onnx
+    with raises(ValueError, "leave --device and --dtype at cpu / fp32"):
+        parse_args(["--onnx", "--dtype", "bf16"])
+    assert (parse_args(["--onnx"]).device, parse_args(["--onnx"]).dtype) == ("cpu", "fp32")
+    if not torch.cuda.is_available():  # with a GPU, --device cuda is accepted: nothing to advise
+        with raises(ValueError, "no CUDA device is available; use --device cpu"):
+            parse_args(["--device", "cuda"])
+    assert parse_args(["--device", "cpu"]).device == "cpu"
+
+
+def test_no_dataset_advice(mlm, tmp_path, monkeypatch):
+    """'give a dataset: --dataset_name NAME, or --train_file / --validation_file': the local files are read (a Hub
+    dataset needs the network: the name is checked as far as the loader, which offline mode stops)."""
+    data = ("--train_file", mlm["train"], "--validation_file", mlm["validation"])
+    flags = [f for f in pretrain_flags(mlm, tmp_path) if f not in data]
+    with raises(ValueError, "give a dataset: --dataset_name NAME, or --train_file / --validation_file"):
+        pretrain.main(flags)
+    assert len(captured(monkeypatch, pretrain.main, [*flags, "--train_file", mlm["train"]])["train_dataset"]) > 0
+    with pytest.raises(Exception, match="offline|Offline|connect|internet") as offline:
+        pretrain.main([*flags, "--dataset_name", "wikitext"])
+    assert "give a dataset" not in str(offline.value)
+
+
+def test_dataset_flags_that_contradict_advice(mlm, tmp_path, monkeypatch):
+    """'--dataset_name and local files both name the data: give one of them' and '--dataset_config_name is a
+    configuration of --dataset_name: give that too, or leave it out': the local files alone train; with a Hub
+    dataset named the flags pass their check and the Hub loader is reached (offline mode stops it here)."""
+    local = pretrain_flags(mlm, tmp_path)
+    with raises(ValueError, "both name the data: give one of them"):
+        pretrain.main([*local, "--dataset_name", "wikitext"])
+    with raises(ValueError, "is a configuration of --dataset_name: give that too, or leave it out"):
+        pretrain.main([*local, "--dataset_config_name", "wikitext-2-raw-v1"])
+    assert len(captured(monkeypatch, pretrain.main, local)["train_dataset"]) > 0
+    data = ("--train_file", mlm["train"], "--validation_file", mlm["validation"])
+    hub = [*[f for f in local if f not in data], "--dataset_name", "wikitext", "--dataset_config_name", "wikitext-2-raw-v1"]
+    with pytest.raises(Exception, match="offline|Offline|connect|internet") as offline:
+        pretrain.main(hub)
+    assert "give one of them" not in str(offline.value) and "give that too" not in str(offline.value)
+
+
+def test_wikihop_padding_flags_advice():
+    """'--pad_to_max_length and --padding_free: ... give one of them': either alone parses."""
+    from hf_efficient_attn.tasks.wikihop.finetune import WikiHopDataArguments
+
+    with raises(ValueError, "packed chunks have no padding; give one of them"):
+        WikiHopDataArguments(pad_to_max_length=True, padding_free=True, dataset_name="wiki_hop")
+    assert WikiHopDataArguments(pad_to_max_length=True, dataset_name="wiki_hop").pad_to_max_length
+    assert WikiHopDataArguments(padding_free=True, dataset_name="wiki_hop").padding_free

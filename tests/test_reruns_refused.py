@@ -10,7 +10,7 @@ import pytest
 from glue_fixtures import write_task_files
 from test_compare import arguments, workspace  # noqa: F401  (the fixture of the comparison tests)
 from test_quickstart import SETTINGS, _again, fake_steps  # noqa: F401  (fake_steps: a fixture)
-from training_fixtures import save_tiny_mlm, write_news_files
+from training_fixtures import Captured, capture_trainer, save_tiny_mlm, write_news_files
 from wikihop_fixtures import save_tiny_encoder, write_files
 
 import hf_efficient_attn as hea
@@ -87,7 +87,8 @@ def test_a_comparison_rerun_with_another_setting_is_refused(workspace, compared,
     with pytest.raises(ValueError, match=rf"holds a comparison made with {setting} = .*; rerun it with the same settings"):
         compare.main(arguments(workspace, out) + COMPARISON_CHANGES[setting](workspace))
     assert json.loads((out / compare.SETTINGS_FILE).read_text()) == recorded  # the record is left as it was
-    compare_until_training(monkeypatch, arguments(workspace, out))
+    compare_until_training(monkeypatch, arguments(workspace, out))  # its advice: the same settings go on
+    compare_until_training(monkeypatch, arguments(workspace, tmp_path / "another") + COMPARISON_CHANGES[setting](workspace))
 
 
 @pytest.fixture
@@ -105,7 +106,10 @@ def test_a_comparison_rerun_with_other_method_options_is_refused(method_folders,
     stop_before_training(monkeypatch)
     with pytest.raises(ValueError, match=r"holds a linformer run with options \{.*'k': 16.*\}, not linformer with \{.*'k': 8"):
         compare.main(argv + ["--attn_config", '{"linformer": {"k": 8}}'])
-    compare_until_training(monkeypatch, argv)
+    compare_until_training(monkeypatch, argv)  # its advice: the same --attn_config goes on, or another --output_dir
+    compare_until_training(
+        monkeypatch, [*argv, "--attn_config", '{"linformer": {"k": 8}}', "--output_dir", str(out.parent / "another")]
+    )
 
 
 def test_a_comparison_rerun_into_another_methods_folder_is_refused(method_folders, monkeypatch):
@@ -151,7 +155,7 @@ RERUNS = {
 
 @pytest.mark.parametrize("setting", list(RERUNS))
 @pytest.mark.parametrize("script", ["finetune_glue", "finetune_wikihop", "pretrain_mlm"])
-def test_a_rerun_asking_another_method_than_the_checkpoints_is_refused(scripts, tmp_path, script, setting):
+def test_a_rerun_asking_another_method_than_the_checkpoints_is_refused(scripts, tmp_path, monkeypatch, script, setting):
     """--output_dir holds a complete checkpoint saved by a run with mra2 (block_size 16); a rerun asking
     another method, or mra2 with other options, is refused naming both before it trains (resuming would
     load one method's state into another)."""
@@ -165,6 +169,10 @@ def test_a_rerun_asking_another_method_than_the_checkpoints_is_refused(scripts, 
     with pytest.raises(ValueError, match=saved + asked):
         main([*argv, "--output_dir", str(tmp_path), *flags])
     assert sorted(path.name for path in tmp_path.iterdir()) == ["checkpoint-1"]  # nothing trained or written
+    capture_trainer(monkeypatch)  # its advice, another --output_dir: the run starts afresh (stopped before training)
+    with pytest.raises(Captured) as started:
+        main([*argv, "--output_dir", str(tmp_path / "afresh"), *flags])
+    assert started.value.kwargs["args"].output_dir == str(tmp_path / "afresh")
 
 
 # ---- the quickstart: a changed setting redoes the steps that read it ------------------------------
