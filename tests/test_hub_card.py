@@ -13,7 +13,7 @@ from hub_fixtures import BERT_BASE, CASES, ROBERTA_BASE
 from huggingface_hub import ModelCard
 
 import hf_efficient_attn as hea
-from hf_efficient_attn.hub.card import read_metrics
+from hf_efficient_attn.hub.card import read_metrics, stage_lines
 from hf_efficient_attn.integration.bridge import method_modules
 
 
@@ -141,7 +141,7 @@ def test_card_tables_and_lines_carry_the_runs_values(hub_variants):
     assert sorted(name for name, _, _ in rows) == sorted(expected)
     for name, split, value in rows:
         assert split == "validation" and float(value) == pytest.approx(expected[name], rel=1e-3), (name, value)
-    assert "On `glue` (`sst2`) (from `eval_results.json`):" in text
+    assert "On `glue` (`sst2`), from `eval_results.json`:" in text
 
     assert (
         f"Architecture: `BertForSequenceClassification` (bert), {config['num_hidden_layers']} layers, hidden size "
@@ -194,3 +194,21 @@ def test_card_of_a_results_file_without_the_hub_fixtures(tmp_path):
             f"size {config.hidden_size}, {config.num_attention_heads} heads.") in card.text  # fmt: skip
     # Linformer's default layerwise sharing: one k x length projection for E and F of every layer.
     assert f"It adds {8 * model.config.max_position_embeddings} learnable parameters" in card.text
+
+
+def test_stage_line_tells_steps_batch_epochs_and_training_examples_apart():
+    """A run of 10 steps over a training set of one example, one example a step, was written "10 steps
+    (10 epochs) of 1 examples", which reads as a data set of one example seen ten times each step or as
+    nothing at all: the line says each number with what it counts; only the files trained and evaluated
+    on are named (a --test_file is only predicted on)."""
+    stage = {"stage": "masked-LM pretraining", "script": "pretrain_mlm.py", "attn_impl": "mra2", "steps": 10,
+             "epochs": 10.0, "global_batch_size": 1, "train_samples": 1, "max_seq_length": 4096, "learning_rate": 5e-5,
+             "data": {"files": {"train_file": "notes.txt", "test_file": "later.txt"}}, "eval": {"eval_loss": 2.5}}  # fmt: skip
+    (line,) = stage_lines({"stages": [stage]})
+    assert "`pretrain_mlm.py`, attention `mra2`): 10 steps of 1 example (10 epochs over 1 training example), " in line
+    assert "each example up to 4096 tokens" in line and "later.txt" not in line
+    assert "on local files (`notes.txt` for training, a part of it held out for evaluation; not on the Hub)" in line
+    larger = {**stage, "steps": 12, "epochs": 0.5, "global_batch_size": 8, "train_samples": 192, "eval": {}}
+    (line,) = stage_lines({"stages": [larger]})
+    assert "12 steps of 8 examples (0.5 epochs over 192 training examples)" in line
+    assert "on local files (`notes.txt` for training; not on the Hub)" in line  # no evaluation, no held-out part

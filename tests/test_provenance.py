@@ -6,7 +6,9 @@ nothing else, and the card it writes is true: every stage (MLM included), Hub da
 from __future__ import annotations
 
 import json
+import os
 
+import datasets
 import pytest
 from glue_fixtures import write_task_files
 from huggingface_hub import ModelCard
@@ -30,7 +32,8 @@ COMMON = ["--max_steps", "2", "--per_device_train_batch_size", "8", "--max_seq_l
 @pytest.fixture(scope="module")
 def chain(tmp_path_factory):
     """A tiny checkpoint whose card names its license (as a Hub download's does), converted with
-    --base_model, pretrained on local text, fine-tuned on local CoLA-layout files."""
+    --base_model, pretrained on local text, fine-tuned on local CoLA-layout files (and predicting a
+    test file)."""
     root = tmp_path_factory.mktemp("chain")
     source = save_tiny_mlm(str(root / "source"))
     (root / "source" / "README.md").write_text("---\nlicense: mit\n---\n# a checkpoint\n")
@@ -40,7 +43,8 @@ def chain(tmp_path_factory):
               "--output_dir", str(root / "mlm"), *COMMON])  # fmt: skip
     cola = write_task_files(str(root / "cola"), "cola")
     glue.main(["--model_name_or_path", str(root / "mlm"), "--task_name", "cola", "--train_file", cola["train"],
-               "--validation_file", cola["validation"], "--output_dir", str(root / "glue"), *COMMON])  # fmt: skip
+               "--validation_file", cola["validation"], "--test_file", cola["test"], "--do_predict",
+               "--output_dir", str(root / "glue"), *COMMON])  # fmt: skip
     return root
 
 
@@ -75,16 +79,83 @@ def test_push_with_only_the_folder_the_repo_and_the_dry_run(chain, tmp_path, cap
     assert "Masked-LM pretraining (`pretrain_mlm.py`, attention `mra2`): 2 steps" in card.text
     for stage in read_provenance(chain / "glue")["stages"][1:]:  # each training stage's own numbers
         assert (
-            f"of {stage['global_batch_size']} examples of up to {stage['max_seq_length']} tokens, learning rate "
+            f"of {stage['global_batch_size']} examples ({stage['epochs']:.3g} epochs over {stage['train_samples']} "
+            f"training examples), each example up to {stage['max_seq_length']} tokens, learning rate "
             f"{stage['learning_rate']:g}" in card.text
         )
-    assert card.text.count("of 8 examples of up to 64 tokens, learning rate 5e-05") == 2
+    assert card.text.count("examples), each example up to 64 tokens, learning rate 5e-05") == 2
     assert "GLUE COLA fine-tuning (`finetune_glue.py`" in card.text
-    assert "local files (`train.txt`, `validation.txt`; not on the Hub)" in card.text
+    assert "local files (`train.txt` for training, `validation.txt` for evaluation; not on the Hub)" in card.text
     accuracy = json.loads((chain / "mlm" / "all_results.json").read_text())["eval_accuracy"]
     assert f"accuracy {accuracy:.4g}" in card.text
     assert "`output_attentions=True` raises a ValueError" in card.text
     assert "newly initialised" not in card.text  # trained
+
+
+def test_card_of_local_data_records_the_run_as_it_was(chain, tmp_path):
+    """A model fine-tuned on local files, its results file alone (no Hub dataset; docs/hub.md's command on
+    a tiny model): the model-index's
+    dataset loads the evaluation file (type: the `datasets` builder; args: its data_files); the
+    training record holds trainer_state.json's steps and epochs and train_results.json's examples,
+    lists the files trained and evaluated on but not the file only predicted on; the labels are
+    config.json's id2label."""
+    run_dir, out = chain / "glue", tmp_path / "upload"
+    results_file = run_dir / "all_results.json"
+    run_cli(cli.main, ["--model_dir", str(run_dir), "--repo_id", "me/tiny-cola", "--results_file", str(results_file),
+                       "--dry_run", str(out)])  # fmt: skip
+    card = ModelCard.load(out / "README.md")
+    results, state, config = (json.loads((run_dir / name).read_text()) for name in
+                              ("all_results.json", "trainer_state.json", "config.json"))  # fmt: skip
+    train_results = json.loads((run_dir / "train_results.json").read_text())
+
+    expected = {"loss": results["eval_loss"], "matthews_correlation": results["eval_matthews_correlation"]}
+    assert {r.metric_type: r.metric_value for r in card.data.eval_results} == expected
+    validation = chain / "cola" / "validation.csv"  # the --validation_file of the run
+    for result in card.data.eval_results:
+        assert result.dataset_split == "validation" and result.dataset_args == {"data_files": validation.name}
+        assert "validation.csv" in result.dataset_name and "not on the Hub" in result.dataset_name
+        loaded = datasets.load_dataset(result.dataset_type, data_files=str(validation), split="train")
+        assert loaded.num_rows >= results["eval_samples"] and {"sentence", "label"} <= set(loaded.column_names)
+    assert card.data.datasets is None  # local files only
+    assert "On local files (`validation.csv`; not on the Hub), from `all_results.json`:" in card.text
+
+    line = next(line for line in card.text.splitlines() if line.startswith("- GLUE COLA fine-tuning"))
+    assert f"{state['global_step']} steps of 8 examples ({state['epoch']:.3g} epochs over " in line  # --per_device 8
+    assert f" over {train_results['train_samples']} training examples)" in line
+    assert "(`train.csv` for training, `validation.csv` for evaluation; not on the Hub)" in line
+    assert os.path.exists(run_dir / "predict_results_cola.txt") and "test.csv" not in card.text  # predicted only
+    labels = ", ".join(f"{i} `{name}`" for i, name in sorted((int(i), name) for i, name in config["id2label"].items()))
+    assert f"- Labels (`config.id2label`): {labels}.\n" in card.text
+    assert sorted(config["id2label"].values()) == ["acceptable", "unacceptable"]
+
+
+def test_results_the_run_did_not_write_are_refused_before_loading(chain, tmp_path, capsys, monkeypatch):
+    """A results file that no recorded training run wrote (here: another evaluation's) names no data:
+    one error line, before the model is loaded, whose two ways out both work."""
+    from hf_efficient_attn.hub import export
+
+    other = {**json.loads((chain / "glue" / "all_results.json").read_text()), "eval_loss": 9.5}
+    (tmp_path / "eval_results.json").write_text(json.dumps(other))
+    argv = ["--model_dir", str(chain / "glue"), "--repo_id", "me/tiny-cola", "--dry_run"]
+    loads = []
+    with monkeypatch.context() as patched:
+        patched.setattr(export, "load_variant", lambda *args: loads.append(args))
+        with pytest.raises(SystemExit) as exited:
+            run_cli(cli.main, [*argv, str(tmp_path / "up0"), "--results_file", str(tmp_path / "eval_results.json")])
+    error = capsys.readouterr().err
+    assert exited.value.code == 2 and loads == [] and error.count("\n") == 1 and error.startswith("error: ")
+    assert "--dataset_name" in error and "all_results.json" in error
+
+    # Way out 1: the results file of the training run that made --model_dir (the test above reads its card).
+    run_cli(cli.main, [*argv, str(tmp_path / "up1"), "--results_file", str(chain / "glue" / "all_results.json")])
+    assert ModelCard.load(tmp_path / "up1" / "README.md").data.eval_results
+    # Way out 2: name the data on the Hub.
+    run_cli(cli.main, [*argv, str(tmp_path / "up2"), "--results_file", str(tmp_path / "eval_results.json"),
+                       "--dataset_name", "someone/cola-copy"])  # fmt: skip
+    card = ModelCard.load(tmp_path / "up2" / "README.md")
+    assert {(r.dataset_type, r.metric_type, r.metric_value) for r in card.data.eval_results} >= {
+        ("someone/cola-copy", "loss", 9.5)}  # fmt: skip
+    assert card.data.datasets == ["someone/cola-copy"]
 
 
 def test_push_of_a_folder_that_records_nothing_warns_once_per_field(tmp_path, capsys):

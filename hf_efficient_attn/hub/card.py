@@ -6,6 +6,7 @@ metadata (``model-index`` from a Trainer ``*_results.json`` as ``EvalResult``s) 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from .. import __version__
 from ..integration.bridge import method_modules
 from ..integration.positions import max_tokens
 from ..methods.base import AttentionMethod
+from ..tasks.common.data import BUILDERS
 from .remote_code import PACKAGE, auto_class_of, model_classes
 
 #: The Jinja template: the repository's model_cards/template.md, linked here so that it ships as package data.
@@ -77,24 +79,91 @@ def read_metrics(results_file: str | Path) -> list[tuple[str, str, float]]:
     return metrics
 
 
-def eval_results(
-    metrics: list[tuple[str, str, float]], task_type: str, dataset_name: str, dataset_config_name: str | None
-) -> list[EvalResult]:
-    """The ``model-index`` entries of ``metrics`` on dataset ``dataset_name`` (a Hub dataset id)."""
-    pretty = f"{dataset_name} ({dataset_config_name})" if dataset_config_name else dataset_name
-    return [
-        EvalResult(
-            task_type=task_type,
-            dataset_type=dataset_name,
-            dataset_name=pretty,
-            dataset_config=dataset_config_name,
-            dataset_split=split,
-            metric_type=metric,
-            metric_name=metric,
-            metric_value=value,
+#: The local files (``provenance.json`` data flags) that each metric split is measured on.
+SPLIT_FILES = {"validation": ("validation_file", "validation_mismatched_file"), "test": ("test_file", "test_mismatched_file")}
+
+#: Heads whose outputs are classes (``config.id2label``).
+CLASSIFIER_HEADS = ("AutoModelForSequenceClassification", "AutoModelForTokenClassification")
+
+
+@dataclass(frozen=True)
+class EvalData:
+    """The data a split's metrics were measured on, as the model-index names it (``type`` the Hub id,
+    or for local files the ``datasets`` builder that reads them, with ``args`` the ``data_files`` of
+    ``load_dataset``) and as the results table's heading says it (``text``)."""
+
+    type: str
+    name: str
+    text: str
+    config: str | None = None
+    args: dict[str, Any] | None = None
+
+
+def evaluation_data(split: str, data: dict[str, Any]) -> EvalData:
+    """The data ``split`` was measured on in a run whose data ``provenance.json`` records as ``data``
+    (a Hub dataset, or local files: the split's own, else the part held out from the training file)."""
+    if data.get("dataset_name"):
+        hub_id, config = data["dataset_name"], data.get("dataset_config_name")
+        return EvalData(hub_id, f"{hub_id} ({config})" if config else hub_id,
+                        f"`{hub_id}`" + (f" (`{config}`)" if config else ""), config)  # fmt: skip
+    files = data.get("files", {})
+    own = [files[flag] for flag in SPLIT_FILES.get(split, ()) if files.get(flag)]
+    builder = BUILDERS[Path((own or [files["train_file"]])[0]).suffix.lstrip(".")]
+    if not own:
+        held_out = files["train_file"]
+        return EvalData(builder, f"local file {held_out}, held-out part (not on the Hub)",
+                        f"the part of the local file `{held_out}` held out for evaluation (not on the Hub)")  # fmt: skip
+    return EvalData(builder, f"local files: {', '.join(own)} (not on the Hub)",
+                    f"local files ({', '.join(f'`{name}`' for name in own)}; not on the Hub)",
+                    args={"data_files": own[0] if len(own) == 1 else own})  # fmt: skip
+
+
+def eval_results(metrics: list[tuple[str, str, float]], task_type: str, data: dict[str, Any]) -> list[EvalResult]:
+    """The ``model-index`` entries of ``metrics``, measured on ``data`` (as ``provenance.json`` records a
+    run's data: ``dataset_name`` / ``dataset_config_name``, or local ``files``)."""
+    results = []
+    for split, metric, value in metrics:
+        measured_on = evaluation_data(split, data)
+        results.append(
+            EvalResult(
+                task_type=task_type,
+                dataset_type=measured_on.type,
+                dataset_name=measured_on.name,
+                dataset_config=measured_on.config,
+                dataset_split=split,
+                dataset_args=measured_on.args,
+                metric_type=metric,
+                metric_name=metric,
+                metric_value=value,
+            )
         )
-        for split, metric, value in metrics
-    ]
+    return results
+
+
+def measured_stage(results_file: str | Path, provenance: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The training stage of ``provenance`` that wrote ``results_file``: the last one whose recorded
+    evaluation is there, every metric with its value; None when no stage's is."""
+    found = json.loads(Path(results_file).read_text())
+    stages = (provenance or {}).get("stages", [])
+    matching = [s for s in stages if s.get("eval") and all(found.get(k) == v for k, v in s["eval"].items())]
+    return matching[-1] if matching else None
+
+
+def results_data(
+    results_file: str | Path, dataset_name: str | None, dataset_config_name: str | None, provenance: dict[str, Any] | None
+) -> dict[str, Any]:
+    """The data ``results_file``'s metrics were measured on: the Hub dataset ``dataset_name`` when
+    given, else the data ``provenance`` records for the run that wrote the file (local files too)."""
+    if dataset_name:
+        return {"dataset_name": dataset_name, "dataset_config_name": dataset_config_name}
+    stage = measured_stage(results_file, provenance)
+    if stage is None:
+        raise ValueError(
+            f"{results_file}: no training run recorded in the model folder's provenance.json wrote these results, so "
+            "the data they were measured on is unknown; pass the all_results.json (or eval_results.json) of the "
+            "training run that made --model_dir, or name a Hub dataset with --dataset_name"
+        )
+    return stage["data"]
 
 
 def _method(model: PreTrainedModel) -> AttentionMethod:
@@ -135,14 +204,23 @@ def _is_local(name: str | None) -> bool:
     return name is None or Path(name).expanduser().exists() or name.startswith((".", "/", "~"))
 
 
-def _data_text(data: dict[str, Any]) -> str:
-    """A stage's data: a Hub dataset by id, local files by name (they are not on the Hub)."""
+def _count(number: Any, noun: str) -> str:
+    return f"{number} {noun}" + ("" if number == 1 else "s")
+
+
+def _data_text(data: dict[str, Any], evaluated: bool) -> str:
+    """A stage's data: a Hub dataset by id, local files by name and role (they are not on the Hub);
+    files only predicted on (``--test_file``) are not the model's training data and are left out."""
     if data.get("dataset_name"):
         config = data.get("dataset_config_name")
         hub_id = data["dataset_name"]
         return f"[`{hub_id}`](https://huggingface.co/datasets/{hub_id})" + (f" (`{config}`)" if config else "")
-    files = ", ".join(f"`{name}`" for name in data.get("files", {}).values())
-    return f"local files ({files}; not on the Hub)"
+    files = data.get("files", {})
+    roles = [f"`{files['train_file']}` for training"] if files.get("train_file") else []
+    if evaluated:
+        evaluation = [f"`{files[flag]}` for evaluation" for flag in SPLIT_FILES["validation"] if files.get(flag)]
+        roles += evaluation or ["a part of it held out for evaluation"]
+    return f"local files ({', '.join(roles)}; not on the Hub)"
 
 
 def _evaluation_text(metrics: dict[str, Any]) -> str:
@@ -170,12 +248,15 @@ def stage_lines(provenance: dict[str, Any]) -> list[str]:
                 f"`{stage.get('attn_impl') or 'exact'}`{head}."
             )
             continue
+        examples = stage.get("train_samples")
+        over = f" over {_count(examples, 'training example')}" if examples is not None else ""
         lines.append(
             f"{stage.get('stage', 'training')[:1].upper()}{stage.get('stage', 'training')[1:]} "
-            f"(`{stage.get('script')}`, attention `{stage.get('attn_impl') or 'exact'}`): {stage.get('steps')} steps "
-            f"({stage.get('epochs') or 0:.3g} epochs) of {stage.get('global_batch_size')} examples of up to "
-            f"{stage.get('max_seq_length')} tokens, learning rate {stage.get('learning_rate'):g}, on "
-            f"{_data_text(stage.get('data', {}))}{_evaluation_text(stage.get('eval', {}))}."
+            f"(`{stage.get('script')}`, attention `{stage.get('attn_impl') or 'exact'}`): "
+            f"{_count(stage.get('steps'), 'step')} of {_count(stage.get('global_batch_size'), 'example')} "
+            f"({stage.get('epochs') or 0:.3g} epochs{over}), each example up to {stage.get('max_seq_length')} tokens, "
+            f"learning rate {stage.get('learning_rate'):g}, on {_data_text(stage.get('data', {}), bool(stage.get('eval')))}"
+            f"{_evaluation_text(stage.get('eval', {}))}."
         )
     return lines
 
@@ -185,6 +266,17 @@ def hub_datasets(provenance: dict[str, Any] | None, dataset_name: str | None) ->
     (local files are described in the text only)."""
     names = [stage.get("data", {}).get("dataset_name") for stage in (provenance or {}).get("stages", [])]
     return list(dict.fromkeys(name for name in [*names, dataset_name] if name))
+
+
+def label_line(model: PreTrainedModel) -> str | None:
+    """What a classifier's outputs are: its classes (``config.id2label``) or one regression score;
+    None for other heads."""
+    if auto_class_of(model) not in CLASSIFIER_HEADS:
+        return None
+    config = model.config
+    if config.num_labels == 1:
+        return "Output: one regression score (`num_labels` 1)."
+    return "Labels (`config.id2label`): " + ", ".join(f"{i} `{name}`" for i, name in sorted(config.id2label.items())) + "."
 
 
 def limitations(model: PreTrainedModel, trained: bool) -> list[str]:
@@ -249,8 +341,7 @@ def build_model_card(
     auto_class = auto_class_of(model)
     pipeline_tag = PIPELINE_TAGS[auto_class]
     metrics = read_metrics(results_file) if results_file else []
-    if metrics and not dataset_name:
-        raise ValueError("a results file needs --dataset_name (the Hub id of the evaluation dataset) for the model-index")
+    data = results_data(results_file, dataset_name, dataset_config_name, provenance) if metrics else {}
     if not Path(template_path).is_file():
         raise ValueError(f"model-card template not found: {template_path}")
     card_data = ModelCardData(
@@ -261,7 +352,7 @@ def build_model_card(
         pipeline_tag=pipeline_tag,
         tags=[PACKAGE, "efficient-attention", config.attn_impl, config.model_type],
         datasets=hub_datasets(provenance, dataset_name) or None,
-        eval_results=eval_results(metrics, pipeline_tag or "fill-mask", dataset_name, dataset_config_name) or None,
+        eval_results=eval_results(metrics, pipeline_tag or "fill-mask", data) or None,
     )
     stages = stage_lines(provenance) if provenance else []
     trained = any(s.get("stage") != "conversion" for s in (provenance or {}).get("stages", [])) or bool(trainer_state)
@@ -283,12 +374,13 @@ def build_model_card(
         num_layers=config.num_hidden_layers,
         hidden_size=config.hidden_size,
         num_heads=config.num_attention_heads,
+        labels=label_line(model),
         max_length=max_tokens(config),
         max_position_embeddings=config.max_position_embeddings,
         training=stages or training_lines(trainer_state),
         results=[(metric, split, f"{value:.4g}") for split, metric, value in metrics],
         results_file=Path(results_file).name if results_file else None,
-        dataset=f"`{dataset_name}`" + (f" (`{dataset_config_name}`)" if dataset_config_name else "") if dataset_name else None,
+        dataset="; ".join(dict.fromkeys(evaluation_data(split, data).text for split, _, _ in metrics)),
         limitations=limitations(model, trained=trained),
         auto_class=auto_class,
     )

@@ -1,4 +1,23 @@
-"""``scripts/push_to_hub.py``: its flags (parsed by ``HfArgumentParser``) and entry point."""
+"""Share a variant on the Hugging Face Hub (``scripts/push_to_hub.py``): write its upload folder
+(config.json with attn_impl, attn_config and auto_map; the weights; the tokenizer; the method's code
+for trust_remote_code=True; README.md, the model card) and upload it with huggingface_hub
+(create_repo, upload_folder; the token: HF_TOKEN or `hf auth login`), or with --dry_run write the
+folder only. --repo_id given a namespace alone names the repository <base>-<method>-<max_len>[-<task>].
+
+Reads: --model_dir (a saved variant, or a plain checkpoint with --attn_impl) and its tokenizer (or
+--tokenizer_name); from --model_dir, when there: provenance.json (base model, license, each training
+stage and its data) and trainer_state.json; --results_file, a Trainer eval_results.json /
+test_results.json / all_results.json.
+Writes: a commit to the Hub repository --repo_id (its main branch, or --revision), or with --dry_run
+the folder --dry_run: README.md, config.json, model.safetensors, the tokenizer's files,
+modeling_efficient_attn.py and the hea_*.py files it imports (and a sentence-transformers model's
+modules.json and module folders).
+
+examples:
+  python scripts/push_to_hub.py --model_dir outputs/quickstart/3-newsgroups --repo_id your-name --dry_run upload/
+  python scripts/push_to_hub.py --model_dir outputs/newsgroups-minilm-mra2 --repo_id your-name --results_file \\
+      outputs/newsgroups-minilm-mra2/all_results.json --base_model sentence-transformers/all-MiniLM-L6-v2
+"""
 
 from __future__ import annotations
 
@@ -61,10 +80,15 @@ class PushArguments:
     )
     results_file: str | None = field(
         default=None,
-        metadata={"help": "A Trainer eval_results.json / test_results.json / all_results.json for the card's model-index."},
+        metadata={
+            "help": "A Trainer eval_results.json / test_results.json / all_results.json for the card's model-index and "
+            "results table; the data they were measured on is what --model_dir's provenance.json records for the run "
+            "that wrote them (a Hub dataset or local files), unless --dataset_name names it."
+        },
     )
     dataset_name: str | None = field(
-        default=None, metadata={"help": "Hub id of the dataset trained or evaluated on (required with --results_file)."}
+        default=None,
+        metadata={"help": "Hub id of the dataset the --results_file was measured on (default: the one the run recorded)."},
     )
     dataset_config_name: str | None = field(default=None, metadata={"help": "Its configuration, e.g. sst2."})
     private: bool = field(default=False, metadata={"help": "Create the repository as private (when it is created)."})
@@ -107,7 +131,7 @@ def main(argv: Sequence[str] | None = None) -> str:
     """Parse the flags (or a single ``.json`` file of them) and push, or with ``--dry_run`` write the
     folder and print the repository and the files a push would upload. Returns the commit URL or
     the folder. A card field that nothing records is left out with a one-line warning."""
-    (args,) = parse_arguments([PushArguments], argv)
+    (args,) = parse_arguments([PushArguments], argv, __doc__)
     options = {**asdict(args), "attn_config": args.attn_options}
     with _warnings_on_stderr():
         if args.dry_run is None:

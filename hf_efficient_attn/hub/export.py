@@ -21,7 +21,7 @@ from ..integration.positions import max_tokens
 from ..tasks.common.args import check_model_source
 from ..tasks.common.provenance import read_provenance, source_record
 from ..tasks.common.sentence_pipeline import copy_pipeline
-from .card import build_model_card
+from .card import build_model_card, read_metrics, results_data
 from .remote_code import auto_class_for, write_remote_code
 
 TRAINER_STATE = "trainer_state.json"
@@ -185,11 +185,14 @@ def prepare_upload(
     base_model, license = resolve_card_fields(model_dir, base_model, license)
     if "/" not in repo_id and base_model is None:
         resolve_repo_id(repo_id, None)  # the error, before the model is loaded
+    local_dir = model_dir if Path(model_dir).exists() else None
+    provenance = read_provenance(local_dir)
+    if results_file:  # the results and the data they were measured on, checked before the model is loaded
+        read_metrics(results_file)
+        results_data(results_file, dataset_name, dataset_config_name, provenance)
     warn_unknown_fields(model_dir, base_model, license)
     model = load_variant(model_dir, attn_impl, attn_config)
     tokenizer = load_tokenizer(tokenizer_name or model_dir, model.config.vocab_size)
-    local_dir = model_dir if Path(model_dir).exists() else None
-    provenance = read_provenance(local_dir)
     default_name = None
     if base_model is not None:
         task = dataset_config_name or trained_task(provenance)

@@ -1,5 +1,81 @@
 """Mutations of the model card of local data, the docs' serving example, repeatable documented numbers."""
 
-from .base import Mutation, P, T  # noqa: F401
+from .base import Mutation, P, T
 
-MUTATIONS: list[Mutation] = []
+LOCAL_CARD = T + "test_provenance.py::-k local_data_records_the_run"
+REFUSED = T + "test_provenance.py::-k refused_before_loading"
+STAGE_LINE = T + "test_hub_card.py::-k stage_line_tells"
+
+MUTATIONS: list[Mutation] = [
+    # ---- the model card of a model trained on local files (issue 46, item 7) ----------------------------
+    Mutation(
+        P + "hub/card.py",
+        '    return stage["data"]\n',
+        '    return {"dataset_name": "local"}\n',
+        (LOCAL_CARD,),
+        "local results get a made-up Hub dataset in the model-index instead of the files they were measured on",
+    ),
+    Mutation(
+        P + "hub/card.py",
+        '    builder = BUILDERS[Path((own or [files["train_file"]])[0]).suffix.lstrip(".")]',
+        '    builder = "local"',
+        (LOCAL_CARD,),
+        "the model-index's dataset type of local files is no `datasets` builder that loads them",
+    ),
+    Mutation(
+        P + "hub/card.py",
+        '                    args={"data_files": own[0] if len(own) == 1 else own})',
+        "                    args=None)",
+        (LOCAL_CARD,),
+        "the model-index does not say which local file the metrics were measured on",
+    ),
+    Mutation(
+        P + "hub/card.py",
+        'all(found.get(k) == v for k, v in s["eval"].items())',
+        'any(found.get(k) == v for k, v in s["eval"].items())',
+        (REFUSED,),
+        "a results file another evaluation wrote is credited to the training run's data",
+    ),
+    Mutation(
+        P + "hub/export.py",
+        "        results_data(results_file, dataset_name, dataset_config_name, provenance)\n",
+        "",
+        (REFUSED,),
+        "results of unknown data are refused only after the model is loaded",
+    ),
+    Mutation(
+        P + "hub/card.py",
+        '    over = f" over {_count(examples, \'training example\')}" if examples is not None else ""',
+        '    over = ""',
+        (LOCAL_CARD, STAGE_LINE),
+        "the training record does not say how many training examples the epochs went over",
+    ),
+    Mutation(
+        P + "hub/card.py",
+        '    return f"{number} {noun}" + ("" if number == 1 else "s")',
+        '    return f"{number} {noun}s"',
+        (STAGE_LINE,),
+        'one example is written "1 examples"',
+    ),
+    Mutation(
+        P + "hub/card.py",
+        'for flag in SPLIT_FILES["validation"] if files.get(flag)]',
+        'for flag in files if flag != "train_file"]',
+        (LOCAL_CARD, STAGE_LINE),
+        "a file only predicted on (--test_file) is listed among the files the model was evaluated on",
+    ),
+    Mutation(
+        P + "hub/card.py",
+        "    if auto_class_of(model) not in CLASSIFIER_HEADS:\n        return None\n",
+        "    if True:\n        return None\n",
+        (LOCAL_CARD,),
+        "a classifier's card does not list its labels",
+    ),
+    Mutation(
+        P + "hub/card.py",
+        "for i, name in sorted(config.id2label.items())",
+        "for name, i in sorted(config.label2id.items())",
+        (LOCAL_CARD,),
+        "the labels are listed in the order of their names, not of the outputs",
+    ),
+]
