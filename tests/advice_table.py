@@ -24,6 +24,7 @@ as this machine allows (a test that needs a GPU, the Hub or the network says whe
 from __future__ import annotations
 
 import ast
+import functools
 import os
 import re
 from collections.abc import Iterator
@@ -196,6 +197,7 @@ def advice_clauses(text: str) -> list[str]:
     return clauses
 
 
+@functools.cache  # the checkers share one reading of the source
 def advising_messages() -> dict[str, str]:
     """Every advice clause of every raised message, keyed ``<file>::<function>: <clause>`` -> the text it is in."""
     source = Source()
@@ -216,6 +218,14 @@ ADVICE_TESTS = {
     # the Hub
     P + "hub/card.py::read_metrics: pass the eval_results.json, test_results.json or all_results.json that "
     "Trainer.save_metrics writes": TA + "test_results_file_without_metrics_advice",
+    **{
+        P + f"hub/card.py::results_data: {advice}": "tests/test_provenance.py::"
+        "test_results_the_run_did_not_write_are_refused_before_loading"
+        for advice in (
+            "name a Hub dataset with --dataset_name",
+            "pass the all_results.json (or eval_results.json) of the training run that made --model_dir",
+        )
+    },
     P + "hub/export.py::export_variant: give a new or empty folder for the upload": TA + "test_upload_folder_not_empty_advice",
     P + "hub/export.py::load_tokenizer: pass --tokenizer_name": TA + "test_upload_tokenizer_advice",
     P + "hub/export.py::load_tokenizer: pass the tokenizer the model was trained with (--tokenizer_name)": TA

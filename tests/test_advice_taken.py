@@ -697,6 +697,7 @@ def test_real_wikihop_examples_missing_advice(tmp_path, monkeypatch):
 # ---- the quality tool ---------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # reads and tokenises the Wikipedia articles (5 s)
 def test_quality_texts_advice():
     """'lower --num_texts or --seq_lens' and 'pass longer texts (e.g. wikipedia_articles(2000))': each finds them."""
     from hf_efficient_attn.tasks.common.corpus import wikipedia_articles
