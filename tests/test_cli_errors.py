@@ -246,8 +246,11 @@ def test_debug_variable_shows_the_traceback_and_bugs_keep_theirs(files, monkeypa
 
 def user_error_case(error_type, files, tmp_path, monkeypatch):
     """A bad input that raises ``error_type``, one of the types run_cli turns into one line."""
-    if error_type is OSError:  # a Hub model id that is not in the cache, offline (HF_HUB_OFFLINE=1)
-        return mlm.main, mlm_args(files, "--do_train", "--model_name_or_path", "some-user/not-a-model")
+    if error_type is OSError:  # a model folder whose config.json is not JSON
+        broken = tmp_path / "broken_model"
+        broken.mkdir()
+        (broken / "config.json").write_text("{")
+        return mlm.main, mlm_args(files, "--do_train", "--model_name_or_path", str(broken))
     if error_type is ModuleNotFoundError:  # the exporter's optional package missing
         monkeypatch.setitem(sys.modules, "onnxscript", None)
         model = save_tiny_mlm(str(tmp_path / "model"))

@@ -7,12 +7,14 @@ tiny models train in seconds on CPU (the 30k vocabulary's output layer would dom
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
+import logging
 import os
 import subprocess
 import sys
-from typing import Callable
+from typing import Callable, Iterator
 
 import transformers as T
 
@@ -65,6 +67,29 @@ def write_news_files(folder: str, train_articles: int = 60, validation_articles:
     with open(validation, "w") as f:
         f.write("\n".join(articles[train_articles : train_articles + validation_articles]) + "\n")
     return train, validation
+
+
+@contextlib.contextmanager
+def default_library_logging() -> Iterator[None]:
+    """Within the block, Transformers and ``datasets`` start at their defaults (warnings, progress bars
+    on) and this package's logger unset; afterwards each is as it was (a run sets them for the process)."""
+    import datasets.utils.logging as datasets_logging
+
+    libraries = (T.utils.logging, datasets_logging)
+    saved = [(library.get_verbosity(), library.is_progress_bar_enabled()) for library in libraries]
+    own = logging.getLogger("hf_efficient_attn.tasks")
+    own_level = own.level
+    for library in libraries:
+        library.set_verbosity_warning()
+        library.enable_progress_bar()
+    own.setLevel(logging.NOTSET)
+    try:
+        yield
+    finally:
+        for library, (verbosity, bars) in zip(libraries, saved):
+            library.set_verbosity(verbosity)
+            (library.enable_progress_bar if bars else library.disable_progress_bar)()
+        own.setLevel(own_level)
 
 
 def read_json(folder: str, name: str) -> dict:

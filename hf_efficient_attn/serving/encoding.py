@@ -21,11 +21,14 @@ from __future__ import annotations
 import csv
 import importlib
 import json
+import logging
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+logger = logging.getLogger(__name__)
 
 ONNX_FILE = "model.onnx"
 #: The int8 model (dynamically quantized) beside the fp32 one; Optimum's quantizer names it so.
@@ -206,11 +209,17 @@ def recorded_max_length(folder: str | Path) -> int | None:
 
 def tokenize(tokenizer, texts: Sequence[str], max_length: int) -> list[list[int]]:
     """Each text's token ids (special tokens added), truncated to ``max_length``."""
+    return tokenize_counting_truncated(tokenizer, texts, max_length)[0]
+
+
+def tokenize_counting_truncated(tokenizer, texts: Sequence[str], max_length: int) -> tuple[list[list[int]], int]:
+    """:func:`tokenize`, and how many texts it truncated (read from the fast tokenizer's overflow)."""
     if isinstance(texts, str) or not all(isinstance(text, str) for text in texts):
         raise ValueError("texts must be a list of strings")
     if not texts:
         raise ValueError("no texts to encode")
-    return tokenizer(list(texts), truncation=True, max_length=max_length)["input_ids"]
+    encoded = tokenizer(list(texts), truncation=True, max_length=max_length)
+    return encoded["input_ids"], sum(bool(encoding.overflowing) for encoding in encoded.encodings)
 
 
 def read_texts(path: str | Path) -> list[str]:
@@ -251,7 +260,8 @@ def encode(
 
     ``batch_size`` texts run per ONNX Runtime call, in batches of similar lengths; each text is
     truncated to ``max_length`` tokens (default: sentence-transformers' ``max_seq_length`` if the
-    folder records one, else the model's position table); ``int8`` runs ``model_quantized.onnx``
+    folder records one, else the model's position table), and a warning counts the texts that
+    were; ``int8`` runs ``model_quantized.onnx``
     (``export_onnx.py --int8``) instead of ``model.onnx``; ``threads`` sets ONNX Runtime's intra-op
     threads."""
     from transformers import AutoConfig, AutoTokenizer
@@ -274,5 +284,8 @@ def encode(
     output_kind({output.name: len(output.shape) for output in session.get_outputs()})
     pooling = read_pooling(folder)
     tokenizer = AutoTokenizer.from_pretrained(folder)
-    ids = tokenize(tokenizer, texts, max_length)
+    ids, truncated = tokenize_counting_truncated(tokenizer, texts, max_length)
+    if truncated:
+        room = f"the model reads up to {limit}: a larger max_length keeps more" if max_length < limit else "the model's limit"
+        logger.warning(f"{truncated} of {len(texts)} texts were longer than max_length={max_length} tokens, truncated ({room})")
     return run_in_batches(session_forward(session), ids, batch_size, tokenizer.pad_token_id or 0, pooling)

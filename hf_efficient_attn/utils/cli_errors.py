@@ -7,6 +7,10 @@ syntax, Hub ids), ``OSError`` (missing files and models; Transformers and ``data
 a checkpoint or dataset they cannot find) and ``ModuleNotFoundError``; argparse's (and so
 ``HfArgumentParser``'s) errors become the same one line instead of a usage block. Anything else is
 a programming error and keeps its traceback.
+
+Ctrl-C (``KeyboardInterrupt``) prints one line too, ``interrupted`` and what the interrupted step
+said to do next (a training run: rerun the same command to resume), and exits with status 130, as a
+shell reports a command stopped by SIGINT.
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ from typing import Any, NoReturn
 DEBUG_VARIABLE = "HEA_DEBUG"
 #: Exit status of a user error (argparse's).
 USAGE_STATUS = 2
+#: Exit status after Ctrl-C: 128 + SIGINT, what a shell reports for a command it interrupted.
+INTERRUPTED_STATUS = 130
 USER_ERRORS = (ValueError, OSError, ModuleNotFoundError)
 
 
@@ -53,13 +59,24 @@ def argparse_errors_raise() -> Iterator[None]:
 
 
 def run_cli(main: Callable[[Sequence[str] | None], Any], argv: Sequence[str] | None = None) -> Any:
-    """Run a script's ``main(argv)``; a user error prints ``error: ...`` on stderr and exits 2."""
+    """Run a script's ``main(argv)``; a user error prints ``error: ...`` on stderr and exits 2, Ctrl-C
+    prints ``interrupted`` (with the advice the ``KeyboardInterrupt`` carries, if any) and exits 130."""
     try:
         with argparse_errors_raise():
             return main(argv)
     except USER_ERRORS as err:
-        if os.environ.get(DEBUG_VARIABLE, "") not in ("", "0"):
-            raise
-        sys.stdout.flush()
-        print(f"error: {one_line(err)}", file=sys.stderr, flush=True)
-        raise SystemExit(USAGE_STATUS) from None
+        _exit_with_one_line(f"error: {one_line(err)}", USAGE_STATUS)
+    except KeyboardInterrupt as interrupt:
+        advice = " ".join(str(interrupt).split())
+        # On a line of its own: Ctrl-C leaves the progress bar it interrupted without its newline.
+        _exit_with_one_line(f"\ninterrupted: {advice}" if advice else "\ninterrupted", INTERRUPTED_STATUS)
+
+
+def _exit_with_one_line(line: str, status: int) -> NoReturn:
+    """Print ``line`` on stderr and exit with ``status``; with :data:`DEBUG_VARIABLE` set, re-raise the
+    exception being handled instead (its traceback, for bug reports)."""
+    if os.environ.get(DEBUG_VARIABLE, "") not in ("", "0"):
+        raise
+    sys.stdout.flush()
+    print(line, file=sys.stderr, flush=True)
+    raise SystemExit(status) from None

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import json
+import logging
 import os
 from itertools import chain
 from typing import TYPE_CHECKING, Any, ContextManager, Mapping
@@ -16,11 +17,16 @@ from transformers import PreTrainedTokenizerBase
 if TYPE_CHECKING:  # datasets is imported where it is used: scripts answer --help and flag errors without it
     from datasets import Dataset, DatasetDict
 
+logger = logging.getLogger("hf_efficient_attn.tasks")
+
 #: ``load_dataset`` builder for each local file extension.
 BUILDERS = {"txt": "text", "json": "json", "jsonl": "json", "csv": "csv", "tsv": "csv"}
 #: Reading options for extensions that need them: tab-separated files read quotes as text (GLUE's
 #: tsv files have unbalanced quotes inside sentences).
 READ_OPTIONS = {"tsv": {"delimiter": "\t", "quoting": csv.QUOTE_NONE}}
+#: Texts concatenated at a time into blocks (datasets' ``map`` batch): each group's tail that does
+#: not fill a block is left out.
+GROUPED_TEXTS = 1000
 
 
 def load_raw_datasets(
@@ -119,7 +125,8 @@ def tokenize_in_blocks(
 ) -> DatasetDict:
     """Tokenise every text whole (no truncation), concatenate, and cut into blocks of exactly
     ``block_size`` tokens: long documents stay long, and no position is padding. The tail of
-    each ``map`` batch of 1000 texts that does not fill a block is dropped (as ``run_mlm.py``)."""
+    each ``map`` batch of :data:`GROUPED_TEXTS` texts that does not fill a block is dropped (as
+    ``run_mlm.py``), and the log says how many tokens that left out."""
 
     def tokenize(batch: dict[str, list]) -> dict[str, list]:
         return tokenizer(batch[column], return_special_tokens_mask=True, verbose=False)
@@ -141,16 +148,24 @@ def tokenize_in_blocks(
         blocks = tokens.map(
             group,
             batched=True,
+            batch_size=GROUPED_TEXTS,
             num_proc=num_proc,
             load_from_cache_file=load_from_cache_file,
             desc=f"Grouping texts in blocks of {block_size} tokens",
         )
     for split, rows in blocks.items():
+        total = token_count(tokens[split])
         if len(rows) == 0:
-            total = sum(len(ids) for ids in tokens[split]["input_ids"])
             raise ValueError(
                 f"the {split} text has {total} tokens, fewer than one block of --max_seq_length {block_size}: "
                 "give more text or a smaller --max_seq_length"
+            )
+        dropped = total - len(rows) * block_size
+        if dropped:
+            logger.info(
+                f"{split}: {len(rows)} blocks of {block_size} tokens; {dropped} of the {total} tokens ({dropped / total:.0%}) "
+                f"do not fill a block and are left out (at most {block_size - 1} per {GROUPED_TEXTS} texts; "
+                f"--line_by_line makes each line an example instead, padded or truncated to {block_size} tokens)"
             )
     return blocks
 
@@ -187,18 +202,23 @@ def first_rows(dataset: Dataset, limit: int | None) -> Dataset:
 
 
 def mean_length(examples: Dataset | None) -> float | None:
-    """Mean number of tokens per example, read from Arrow's list offsets (no Python lists); an
+    """Mean number of tokens per example (:func:`token_count`)."""
+    if examples is None or len(examples) == 0:
+        return None
+    return token_count(examples) / len(examples)
+
+
+def token_count(examples: Dataset) -> int:
+    """Number of tokens of all examples, read from Arrow's list offsets (no Python lists); an
     example whose ``input_ids`` are a list of chunks counts the tokens of all its chunks."""
     import pyarrow
 
-    if examples is None or len(examples) == 0:
-        return None
     total = 0
     for chunk in examples.with_format("arrow")["input_ids"].chunks:  # a pyarrow ChunkedArray of lists
         while pyarrow.types.is_list(chunk.type.value_type) or pyarrow.types.is_large_list(chunk.type.value_type):
             chunk = chunk.flatten()  # lists of chunks -> chunks
         total += chunk.value_lengths().sum().as_py() or 0
-    return total / len(examples)
+    return total
 
 
 def write_wikipedia_jsonl(output_dir: str, validation_articles: int = 8, min_words: int = 0) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 import transformers
 import transformers.integrations
+from huggingface_hub.errors import LocalEntryNotFoundError
 from transformers import (
     AutoConfig,
     AutoTokenizer,
@@ -30,7 +31,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from ...registry import resolve_method
 from ...utils.cpu_allocator import keep_freed_memory
-from .args import ModelArguments
+from .args import ModelArguments, not_downloadable
 from .loading import load_with_new_head
 from .provenance import data_description, source_record, write_provenance
 
@@ -43,7 +44,12 @@ logger = logging.getLogger("hf_efficient_attn.tasks")
 
 
 def setup_logging(training_args: TrainingArguments) -> None:
-    """Transformers' examples' logging: info on the main process, warnings elsewhere."""
+    """Logging with ``--log_level`` / ``--log_level_replica`` as Trainer reads them: an explicit level
+    applies to this package, Transformers and ``datasets`` alike (``--log_level info``: every line of
+    Transformers' examples); the default, ``passive``, leaves the libraries at their own level
+    (warnings) and shows this package's own lines (what was loaded, resumed, dropped) on the main
+    process. ``--disable_tqdm`` also hides the libraries' own progress bars (loading, tokenising,
+    saving), not only Trainer's."""
     from datasets.utils import logging as datasets_logging
 
     logging.basicConfig(
@@ -51,18 +57,22 @@ def setup_logging(training_args: TrainingArguments) -> None:
         datefmt="%m/%d/%Y %H:%M:%S",
         handlers=[logging.StreamHandler(sys.stdout)],
     )
-    if training_args.should_log:
-        transformers.utils.logging.set_verbosity_info()
-    level = training_args.get_process_log_level()
-    logger.setLevel(level)
+    level = training_args.get_process_log_level()  # passive: the libraries' current level
+    passive = training_args.log_level == "passive"
+    logger.setLevel(logging.INFO if passive and training_args.should_log else level)
     datasets_logging.set_verbosity(level)
+    datasets_logging.disable_propagation()  # it has its own handler: through the root's too, each line showed twice
     transformers.utils.logging.set_verbosity(level)
     transformers.utils.logging.enable_default_handler()
     transformers.utils.logging.enable_explicit_format()
-    logger.warning(
-        f"process rank {training_args.process_index} of {training_args.world_size}, device {training_args.device}, "
-        f"bf16 {training_args.bf16}, fp16 {training_args.fp16}"
-    )
+    if training_args.disable_tqdm:
+        datasets_logging.disable_progress_bar()
+        transformers.utils.logging.disable_progress_bar()
+    if training_args.world_size > 1:
+        logger.warning(
+            f"process rank {training_args.process_index} of {training_args.world_size}, device {training_args.device}, "
+            f"bf16 {training_args.bf16}, fp16 {training_args.fp16}"
+        )
 
 
 def check_precision(training_args: TrainingArguments) -> None:
@@ -95,11 +105,22 @@ def check_report_to(training_args: TrainingArguments) -> None:
 def check_run(training_args: TrainingArguments, stages: Sequence[str] = ("do_train", "do_eval")) -> None:
     """The run's own flags, checked before anything is loaded: something to do (one of ``stages``),
     an ``--output_dir`` that can be a folder, ``--fp16`` only on a GPU, ``--report_to`` trackers
-    that are installed and a ``--resume_from_checkpoint`` that exists. ``--do_predict`` where
-    ``stages`` has no prediction is refused (Trainer would parse it and do nothing)."""
+    that are installed and a ``--resume_from_checkpoint`` that exists. Flags that Trainer would
+    parse and the run would not honour are refused: ``--do_predict`` where ``stages`` has no
+    prediction, ``--label_smoothing_factor`` and ``--prediction_loss_only``."""
     runs = " and/or ".join(f"--{stage}" for stage in stages)
     if training_args.do_predict and "do_predict" not in stages:
         raise ValueError(f"--do_predict: this script has no prediction stage; it runs {runs}")
+    if training_args.label_smoothing_factor:
+        # Trainer skips its label smoother whenever a compute_loss_func is given.
+        raise ValueError(
+            "--label_smoothing_factor has no effect here: the loss is the mean over the step's items "
+            "(tasks/common/loss.py), which Trainer does not smooth; leave it at 0"
+        )
+    if training_args.prediction_loss_only:
+        raise ValueError(
+            "--prediction_loss_only would drop the predictions that the evaluation scores (accuracy) and writes; leave it off"
+        )
     if not any(getattr(training_args, stage) for stage in stages):
         raise ValueError(f"nothing to do: pass {runs}")
     output_dir = training_args.output_dir
@@ -124,10 +145,15 @@ def check_padding_free(padding_free: bool, model_args: ModelArguments, config: P
 
 def load_config(model_args: ModelArguments, **config_kwargs: Any) -> PretrainedConfig:
     """The checkpoint's config (``--config_name`` or ``--model_name_or_path``): read first, so that a
-    model that cannot be found is an error before any data or weights are loaded."""
-    return AutoConfig.from_pretrained(
-        model_args.config_name or model_args.model_name_or_path, **config_kwargs, **model_args.hub_kwargs()
-    )
+    model that cannot be found is an error before any data or weights are loaded, one naming the flag
+    when a Hub id is neither cached nor downloadable."""
+    flag = "config_name" if model_args.config_name else "model_name_or_path"
+    try:
+        return AutoConfig.from_pretrained(getattr(model_args, flag), **config_kwargs, **model_args.hub_kwargs())
+    except OSError as err:
+        if isinstance(err.__cause__, LocalEntryNotFoundError):  # Transformers' "couldn't connect" error
+            raise not_downloadable(flag, getattr(model_args, flag)) from None
+        raise
 
 
 # ---- crash-safe checkpoints ---------------------------------------------------------------------
@@ -201,7 +227,7 @@ def start_run(training_args: TrainingArguments) -> str | None:
         # DataLoader that it is not used.
         training_args.dataloader_pin_memory = False
         if keep_freed_memory():
-            logger.info("glibc malloc keeps freed memory for reuse (set MALLOC_MMAP_THRESHOLD_ to choose otherwise)")
+            logger.debug("glibc malloc keeps freed memory for reuse (set MALLOC_MMAP_THRESHOLD_ to choose otherwise)")
     checkpoint = checkpoint_to_resume(training_args)
     transformers.set_seed(training_args.seed)
     return checkpoint
@@ -261,13 +287,28 @@ def train_and_save(trainer: Trainer, checkpoint: str | None, num_samples: int) -
     save the model and tokenizer, and write ``train_results.json`` and ``trainer_state.json`` as
     the examples do."""
     check_same_method(trainer.model, checkpoint)
-    result = trainer.train(resume_from_checkpoint=checkpoint)
+    try:
+        result = trainer.train(resume_from_checkpoint=checkpoint)
+    except KeyboardInterrupt:  # Ctrl-C: run_cli prints this advice in one line
+        raise KeyboardInterrupt(resume_advice(trainer.args)) from None
     trainer.save_model()
     metrics = {**result.metrics, "train_samples": num_samples}
     trainer.log_metrics("train", metrics)
     trainer.save_metrics("train", metrics)
     trainer.save_state()
     return metrics
+
+
+def resume_advice(training_args: TrainingArguments) -> str:
+    """What rerunning an interrupted training run does: resume from the last complete checkpoint of
+    its ``--output_dir`` (:func:`checkpoint_to_resume`), or start again when there is none."""
+    output_dir = training_args.output_dir
+    last = last_complete_checkpoint(output_dir)[0] if os.path.isdir(output_dir) else None
+    if last is None:
+        return f"{output_dir} holds no complete checkpoint yet, so rerunning the same command starts training again"
+    if training_args.resume_from_checkpoint is not None:  # the same command would resume from that one again
+        return f"rerun the same command without --resume_from_checkpoint to resume from {last}, the last complete checkpoint"
+    return f"rerun the same command to resume from {last}, the last complete checkpoint"
 
 
 def evaluate_and_save(
@@ -334,6 +375,7 @@ def record_stage(
 
 def summary_line(
     model: PreTrainedModel,
+    output_dir: str,
     train_metrics: dict[str, float] | None,
     tokens_per_example: float | None,
     eval_metrics: dict[str, float] | None,
@@ -341,7 +383,8 @@ def summary_line(
     metric_label: str = "accuracy",
 ) -> str:
     """One closing line: method, training throughput in tokens/s and the main eval metric
-    (``eval_metrics[metric]``, printed as ``metric_label``), eval loss and perplexity."""
+    (``eval_metrics[metric]``, printed as ``metric_label``), eval loss and perplexity, and the
+    folder that holds the run's files."""
     method = getattr(model.config, "attn_impl", None) or "exact (no attn_impl)"
     parts = [f"attention {method}"]
     if train_metrics and tokens_per_example:
@@ -352,6 +395,7 @@ def summary_line(
         parts.append(f"eval_loss {eval_metrics['eval_loss']:.4f}")
         if "perplexity" in eval_metrics:
             parts.append(f"perplexity {eval_metrics['perplexity']:.2f}")
+    parts.append(f"files in {output_dir}")
     return "summary: " + ", ".join(parts)
 
 
