@@ -10,6 +10,12 @@ TrainingArguments goes to Trainer untouched and is Transformers' to test.
 ``FLAG_TESTS[script][flag]`` names a test (``tests/<file>.py::<test name>``) that fails when the flag
 is ignored or wired to the wrong place; ``tests/test_flag_table.py`` checks that every flag has one
 and that each named test exists.
+
+A flag that several scripts read (:func:`shared_flags`: a field of one dataclass, such as
+``DataArguments.max_eval_samples`` or a ``TrainingArguments`` field, parsed by several scripts) is
+handled by shared code that each script calls in its own way, so its effect is tested in every one
+of them: for each such script, the named test is parametrized over ``script`` and that script is
+among its values (:func:`covered_scripts`).
 """
 
 from __future__ import annotations
@@ -108,11 +114,50 @@ def script_flags(script: str) -> list[str]:
     return flags
 
 
+def field_owner(cls: type, name: str) -> type:
+    """The base-most dataclass of ``cls`` that declares the field ``name`` (a subclass may redeclare it
+    with its own help or default: still the same flag, read by the same code)."""
+    return next(c for c in reversed(cls.__mro__) if dataclasses.is_dataclass(c) and name in c.__dict__.get("__annotations__", {}))
+
+
+def shared_flags() -> dict[tuple[str, str], list[str]]:
+    """(owning dataclass, flag) -> the scripts that parse that field, for the fields parsed by several."""
+    parsers: dict[tuple[str, str], list[str]] = {}
+    for script in SCRIPT_MAINS:
+        flags = set(script_flags(script))
+        for cls in parsed_dataclasses(script):
+            for field in dataclasses.fields(cls):
+                if field.name in flags:
+                    key = (field_owner(cls, field.name).__qualname__, field.name)
+                    parsers.setdefault(key, [])
+                    if script not in parsers[key]:
+                        parsers[key].append(script)
+    return {key: scripts for key, scripts in parsers.items() if len(scripts) > 1}
+
+
+def covered_scripts(test: str) -> list[str]:
+    """The values of the ``script`` parameter of ``test`` (``tests/<file>.py::<name>``), from its
+    ``pytest.mark.parametrize`` marks (a parameter set of several names: the ``script`` column)."""
+    path, _, name = test.partition("::")
+    module = importlib.import_module(os.path.splitext(os.path.basename(path))[0])
+    scripts = []
+    for mark in getattr(getattr(module, name), "pytestmark", []):
+        if mark.name != "parametrize":
+            continue
+        names, values = mark.args[0], mark.args[1]
+        names = [n.strip() for n in names.split(",")] if isinstance(names, str) else list(names)
+        if "script" in names:
+            column = names.index("script")
+            for value in values:
+                value = getattr(value, "values", value)  # pytest.param(...)
+                scripts.append(value[column] if len(names) > 1 else value)
+    return scripts
+
+
 #: Test files, by name.
 TEST_API_KEYWORDS = "tests/test_api_keywords.py::"
 TEST_AUTO = "tests/test_auto.py::"
 TEST_BRIDGE = "tests/test_bridge.py::"
-TEST_COMPARE = "tests/test_compare.py::"
 TEST_FLAGS_BENCH_QUALITY = "tests/test_flags_bench_quality.py::"
 TEST_FLAGS_DATA = "tests/test_flags_data.py::"
 TEST_FLAGS_MODEL_TRAINING = "tests/test_flags_model_training.py::"
@@ -123,7 +168,6 @@ TEST_GLUE_TASKS = "tests/test_glue_tasks.py::"
 TEST_HUB_CARD = "tests/test_hub_card.py::"
 TEST_HUB_FOLDER = "tests/test_hub_folder.py::"
 TEST_HUB_UPLOAD = "tests/test_hub_upload.py::"
-TEST_MLM = "tests/test_mlm.py::"
 TEST_ONNX_ENCODE = "tests/test_onnx_encode.py::"
 TEST_ONNX_EXPORT = "tests/test_onnx_export.py::"
 TEST_PACKING = "tests/test_packing.py::"
@@ -160,6 +204,30 @@ TRAINING_FLAG_TESTS = {
     "save_total_limit": TEST_FLAGS_MODEL_TRAINING + "test_training_flags_reach_the_trainer",
     "dataloader_num_workers": TEST_FLAGS_MODEL_TRAINING + "test_training_flags_reach_the_trainer",
     "dataloader_pin_memory": TEST_FLAGS_MODEL_TRAINING + "test_pin_memory_is_turned_off_on_cpu_only",
+    "seed": TEST_FLAGS_MODEL_TRAINING + "test_seed_draws_what_it_seeds",
+    "data_seed": TEST_FLAGS_MODEL_TRAINING + "test_training_flags_reach_the_trainer",
+    "log_level": TEST_FLAGS_MODEL_TRAINING + "test_training_flags_reach_the_trainer",
+    "disable_tqdm": TEST_FLAGS_MODEL_TRAINING + "test_training_flags_reach_the_trainer",
+    "label_smoothing_factor": TEST_FLAGS_MODEL_TRAINING + "test_run_flags_are_read_before_loading",
+    "prediction_loss_only": TEST_FLAGS_MODEL_TRAINING + "test_run_flags_are_read_before_loading",
+}
+#: The data flags (DataArguments) of the four training scripts, read by shared code.
+DATA_FLAG_TESTS = {
+    "dataset_name": TEST_FLAGS_DATA + "test_dataset_name_and_config_are_what_is_loaded",
+    "dataset_config_name": TEST_FLAGS_DATA + "test_dataset_name_and_config_are_what_is_loaded",
+    "train_file": TEST_FLAGS_DATA + "test_each_file_is_the_split_it_names",
+    "validation_file": TEST_FLAGS_DATA + "test_each_file_is_the_split_it_names",
+    "max_seq_length": TEST_FLAGS_DATA + "test_sample_caps_and_max_seq_length_shape_each_set",
+    "max_train_samples": TEST_FLAGS_DATA + "test_sample_caps_and_max_seq_length_shape_each_set",
+    "max_eval_samples": TEST_FLAGS_DATA + "test_sample_caps_and_max_seq_length_shape_each_set",
+    "preprocessing_num_workers": TEST_FLAGS_DATA + "test_tokenisation_gets_the_workers_and_cache_flags",
+    "overwrite_cache": TEST_FLAGS_DATA + "test_tokenisation_gets_the_workers_and_cache_flags",
+    "padding_free": TEST_FLAGS_DATA + "test_padding_free_packs_each_batch",
+}
+#: The masked-LM data flags (MLMDataArguments) of pretrain_mlm and compare_methods.
+MLM_DATA_FLAG_TESTS = {
+    flag: TEST_FLAGS_DATA + "test_masked_lm_data_flags_shape_the_masked_sets"
+    for flag in ("validation_split_percentage", "mlm_probability", "line_by_line", "text_column_name", "eval_mask_seed")
 }
 
 FLAG_TESTS: dict[str, dict[str, str]] = {
@@ -192,27 +260,12 @@ FLAG_TESTS: dict[str, dict[str, str]] = {
     "compare_methods": {
         **MODEL_FLAG_TESTS,
         **TRAINING_FLAG_TESTS,
-        "attn_impl": TEST_COMPARE + "test_bad_flags_are_one_line_errors",
-        "dataset_name": TEST_FLAGS_DATA + "test_comparison_hands_its_data_flags_to_each_method_run",
-        "dataset_config_name": TEST_FLAGS_DATA + "test_comparison_hands_its_data_flags_to_each_method_run",
-        "train_file": TEST_FLAGS_DATA + "test_comparison_hands_its_data_flags_to_each_method_run",
-        "validation_file": TEST_FLAGS_DATA + "test_comparison_hands_its_data_flags_to_each_method_run",
-        "max_seq_length": TEST_FLAGS_DATA + "test_comparison_hands_its_data_flags_to_each_method_run",
-        "max_train_samples": TEST_FLAGS_DATA + "test_comparison_hands_its_data_flags_to_each_method_run",
-        "max_eval_samples": TEST_FLAGS_DATA + "test_comparison_hands_its_data_flags_to_each_method_run",
-        "preprocessing_num_workers": TEST_FLAGS_DATA + "test_comparison_hands_its_data_flags_to_each_method_run",
-        "overwrite_cache": TEST_FLAGS_DATA + "test_comparison_hands_its_data_flags_to_each_method_run",
-        "validation_split_percentage": TEST_FLAGS_DATA + "test_comparison_hands_its_data_flags_to_each_method_run",
-        "mlm_probability": TEST_FLAGS_DATA + "test_comparison_hands_its_data_flags_to_each_method_run",
-        "line_by_line": TEST_FLAGS_DATA + "test_comparison_hands_its_data_flags_to_each_method_run",
-        "text_column_name": TEST_FLAGS_DATA + "test_comparison_hands_its_data_flags_to_each_method_run",
-        "eval_mask_seed": TEST_FLAGS_DATA + "test_comparison_hands_its_data_flags_to_each_method_run",
-        "padding_free": TEST_FLAGS_DATA + "test_comparison_hands_padding_free_to_each_method_run",
+        **DATA_FLAG_TESTS,
+        **MLM_DATA_FLAG_TESTS,
+        "attn_impl": TEST_FLAGS_MODEL_TRAINING + "test_run_flags_are_read_before_loading",
         "methods": TEST_FLAGS_DATA + "test_comparison_stages_follow_methods_and_head_warmup_flags",
         "head_warmup_steps": TEST_FLAGS_DATA + "test_comparison_stages_follow_methods_and_head_warmup_flags",
         "head_warmup_learning_rate": TEST_FLAGS_DATA + "test_comparison_stages_follow_methods_and_head_warmup_flags",
-        "seed": TEST_FLAGS_MODEL_TRAINING + "test_training_flags_reach_the_trainer",
-        "data_seed": TEST_FLAGS_MODEL_TRAINING + "test_training_flags_reach_the_trainer",
         "dataloader_persistent_workers": TEST_FLAGS_MODEL_TRAINING + "test_run_flags_are_read_before_loading",
         "do_train": TEST_FLAGS_MODEL_TRAINING + "test_training_flags_reach_the_trainer",
         "do_eval": TEST_FLAGS_MODEL_TRAINING + "test_training_flags_reach_the_trainer",
@@ -236,8 +289,8 @@ FLAG_TESTS: dict[str, dict[str, str]] = {
         "base_model": TEST_FLAGS_TOOLS + "test_convert_flags_length_seed_base_model_and_output_dir",
     },
     "demo": {
-        "attn_impl": TEST_FLAGS_TOOLS + "test_demo_flags_reach_the_models_and_the_text",
-        "attn_config": TEST_FLAGS_TOOLS + "test_demo_flags_reach_the_models_and_the_text",
+        "attn_impl": TEST_FLAGS_TOOLS + "test_method_flags_choose_the_method_each_tool_runs",
+        "attn_config": TEST_FLAGS_TOOLS + "test_method_flags_choose_the_method_each_tool_runs",
         "num_articles": TEST_FLAGS_TOOLS + "test_demo_flags_reach_the_models_and_the_text",
         "long_length": TEST_FLAGS_TOOLS + "test_demo_flags_reach_the_models_and_the_text",
     },
@@ -265,17 +318,8 @@ FLAG_TESTS: dict[str, dict[str, str]] = {
     "finetune_glue": {
         **MODEL_FLAG_TESTS,
         **TRAINING_FLAG_TESTS,
-        "padding_free": TEST_GLUE_TASKS + "test_padding_free_packs_each_batch_and_keeps_logits_and_loss",
+        **DATA_FLAG_TESTS,
         "attn_impl": TEST_FLAGS_MODEL_TRAINING + "test_local_model_flags_reach_what_they_name",
-        "dataset_name": TEST_FLAGS_DATA + "test_dataset_name_and_config_are_what_is_loaded",
-        "dataset_config_name": TEST_FLAGS_DATA + "test_dataset_name_and_config_are_what_is_loaded",
-        "train_file": TEST_FLAGS_DATA + "test_each_file_is_the_split_it_names",
-        "validation_file": TEST_FLAGS_DATA + "test_each_file_is_the_split_it_names",
-        "max_seq_length": TEST_GLUE_TASKS + "test_lengths_padding_and_sample_limits",
-        "max_train_samples": TEST_GLUE_TASKS + "test_lengths_padding_and_sample_limits",
-        "max_eval_samples": TEST_GLUE_TASKS + "test_lengths_padding_and_sample_limits",
-        "preprocessing_num_workers": TEST_FLAGS_DATA + "test_tokenisation_gets_the_workers_and_cache_flags",
-        "overwrite_cache": TEST_FLAGS_DATA + "test_tokenisation_gets_the_workers_and_cache_flags",
         "task_name": TEST_GLUE_TASKS + "test_every_task_from_the_hub_trains_on_its_canonical_labels",
         "test_file": TEST_GLUE + "test_task_reports_its_metrics_as_sklearn_computes_them",
         "validation_mismatched_file": TEST_GLUE + "test_mnli_reports_matched_and_mismatched",
@@ -287,8 +331,6 @@ FLAG_TESTS: dict[str, dict[str, str]] = {
         "lora_alpha": TEST_FLAGS_DATA + "test_lora_flags_shape_the_adapter",
         "lora_dropout": TEST_FLAGS_DATA + "test_lora_flags_shape_the_adapter",
         "lora_target_modules": TEST_FLAGS_DATA + "test_lora_flags_shape_the_adapter",
-        "seed": TEST_FLAGS_MODEL_TRAINING + "test_seed_draws_the_new_head",
-        "data_seed": TEST_FLAGS_MODEL_TRAINING + "test_training_flags_reach_the_trainer",
         "dataloader_persistent_workers": TEST_FLAGS_MODEL_TRAINING + "test_training_flags_reach_the_trainer",
         "do_train": TEST_FLAGS_MODEL_TRAINING + "test_do_flags_choose_the_stages",
         "do_eval": TEST_FLAGS_MODEL_TRAINING + "test_do_flags_choose_the_stages",
@@ -298,21 +340,10 @@ FLAG_TESTS: dict[str, dict[str, str]] = {
     "finetune_wikihop": {
         **MODEL_FLAG_TESTS,
         **TRAINING_FLAG_TESTS,
-        "padding_free": TEST_WIKIHOP_CLI + "test_padding_free_packs_each_batch_and_keeps_logits_and_loss",
+        **DATA_FLAG_TESTS,
         "attn_impl": TEST_FLAGS_MODEL_TRAINING + "test_local_model_flags_reach_what_they_name",
-        "dataset_name": TEST_FLAGS_DATA + "test_dataset_name_and_config_are_what_is_loaded",
-        "dataset_config_name": TEST_FLAGS_DATA + "test_dataset_name_and_config_are_what_is_loaded",
-        "train_file": TEST_FLAGS_DATA + "test_each_file_is_the_split_it_names",
-        "validation_file": TEST_FLAGS_DATA + "test_each_file_is_the_split_it_names",
-        "max_seq_length": TEST_WIKIHOP_CLI + "test_length_chunk_and_sample_options",
-        "max_train_samples": TEST_WIKIHOP_CLI + "test_length_chunk_and_sample_options",
-        "max_eval_samples": TEST_WIKIHOP_CLI + "test_length_chunk_and_sample_options",
-        "preprocessing_num_workers": TEST_FLAGS_DATA + "test_tokenisation_gets_the_workers_and_cache_flags",
-        "overwrite_cache": TEST_FLAGS_DATA + "test_tokenisation_gets_the_workers_and_cache_flags",
         "pad_to_max_length": TEST_WIKIHOP_CLI + "test_length_chunk_and_sample_options",
         "max_chunks": TEST_WIKIHOP_CLI + "test_length_chunk_and_sample_options",
-        "seed": TEST_FLAGS_MODEL_TRAINING + "test_seed_draws_the_new_head",
-        "data_seed": TEST_FLAGS_MODEL_TRAINING + "test_training_flags_reach_the_trainer",
         "dataloader_persistent_workers": TEST_FLAGS_MODEL_TRAINING + "test_training_flags_reach_the_trainer",
         "do_train": TEST_FLAGS_MODEL_TRAINING + "test_do_flags_choose_the_stages",
         "do_eval": TEST_FLAGS_MODEL_TRAINING + "test_do_flags_choose_the_stages",
@@ -344,24 +375,9 @@ FLAG_TESTS: dict[str, dict[str, str]] = {
     "pretrain_mlm": {
         **MODEL_FLAG_TESTS,
         **TRAINING_FLAG_TESTS,
+        **DATA_FLAG_TESTS,
+        **MLM_DATA_FLAG_TESTS,
         "attn_impl": TEST_FLAGS_MODEL_TRAINING + "test_local_model_flags_reach_what_they_name",
-        "dataset_name": TEST_MLM + "test_dataset_name_and_config_are_what_is_loaded",
-        "dataset_config_name": TEST_MLM + "test_dataset_name_and_config_are_what_is_loaded",
-        "train_file": TEST_FLAGS_DATA + "test_each_file_is_the_split_it_names",
-        "validation_file": TEST_FLAGS_DATA + "test_each_file_is_the_split_it_names",
-        "max_seq_length": TEST_MLM + "test_max_seq_length_is_the_length_of_every_block",
-        "max_train_samples": TEST_MLM + "test_sample_limits_keep_the_first_examples",
-        "max_eval_samples": TEST_MLM + "test_sample_limits_keep_the_first_examples",
-        "preprocessing_num_workers": TEST_FLAGS_DATA + "test_tokenisation_gets_the_workers_and_cache_flags",
-        "overwrite_cache": TEST_FLAGS_DATA + "test_tokenisation_gets_the_workers_and_cache_flags",
-        "validation_split_percentage": TEST_MLM + "test_carved_validation_rows_leave_the_training_set",
-        "mlm_probability": TEST_MLM + "test_mlm_probability_sets_the_share_of_masked_tokens",
-        "line_by_line": TEST_MLM + "test_line_by_line_makes_one_truncated_example_per_line",
-        "text_column_name": TEST_MLM + "test_text_column_name_is_the_text_trained_on",
-        "eval_mask_seed": TEST_MLM + "test_seeds_choose_the_masks_they_say",
-        "padding_free": TEST_PACKING + "test_padding_free_mlm_packs_and_keeps_the_loss",
-        "seed": TEST_MLM + "test_seeds_choose_the_masks_they_say",
-        "data_seed": TEST_MLM + "test_seeds_choose_the_masks_they_say",
         "dataloader_persistent_workers": TEST_FLAGS_MODEL_TRAINING + "test_run_flags_are_read_before_loading",
         "do_train": TEST_FLAGS_MODEL_TRAINING + "test_do_flags_choose_the_stages",
         "do_eval": TEST_FLAGS_MODEL_TRAINING + "test_do_flags_choose_the_stages",
@@ -513,8 +529,8 @@ FLAG_TESTS: dict[str, dict[str, str]] = {
         "output_dir": TEST_FLAGS_BENCH_QUALITY + "test_quality_error_study_flags_reach_what_they_set",
     },
     "quickstart": {
-        "attn_impl": TEST_FLAGS_TOOLS + "test_quickstart_flags_reach_their_steps",
-        "attn_config": TEST_FLAGS_TOOLS + "test_quickstart_flags_reach_their_steps",
+        "attn_impl": TEST_FLAGS_TOOLS + "test_method_flags_choose_the_method_each_tool_runs",
+        "attn_config": TEST_FLAGS_TOOLS + "test_method_flags_choose_the_method_each_tool_runs",
         "output_dir": TEST_FLAGS_TOOLS + "test_quickstart_flags_reach_their_steps",
         "max_length": TEST_FLAGS_TOOLS + "test_quickstart_flags_reach_their_steps",
         "mlm_steps": TEST_FLAGS_TOOLS + "test_quickstart_flags_reach_their_steps",

@@ -1,12 +1,12 @@
 """Every flag of every script, and every keyword of the public Python API, has a test of its effect
-(tests/flag_table.py): the table lists no flag that does not exist, misses none that does, and names
-only tests that exist."""
+(tests/flag_table.py): the table lists no flag that does not exist, misses none that does, names
+only tests that exist, and a flag that several scripts read is tested in each of them."""
 
 import ast
 from pathlib import Path
 
 import pytest
-from flag_table import FLAG_TESTS, SCRIPT_MAINS, api_keywords, script_flags
+from flag_table import FLAG_TESTS, SCRIPT_MAINS, api_keywords, covered_scripts, script_flags, shared_flags
 
 TESTS = Path(__file__).parent
 
@@ -33,6 +33,18 @@ def test_the_named_tests_exist():
             if name not in defined_tests(path):
                 missing.append(test)
     assert not missing
+
+
+def test_a_flag_several_scripts_read_is_tested_in_each():
+    """For each script that parses a shared flag, the flag's test runs that script (its ``script``
+    parametrization lists it): a shared flag tested in one script could be miswired in another."""
+    untested = []
+    for (owner, flag), scripts in shared_flags().items():
+        for script in scripts:
+            test = FLAG_TESTS.get(script, {}).get(flag)
+            if test is not None and script not in covered_scripts(test):
+                untested.append(f"{script} --{flag} ({owner}): {test}")
+    assert not untested, "\n".join(untested)
 
 
 def test_the_table_lists_only_scripts_and_the_api():

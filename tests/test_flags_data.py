@@ -1,9 +1,13 @@
-"""The data flags of the training scripts reach what they choose (tests/flag_table.py): each file is
-the split it names, a Hub dataset and its configuration are what is loaded, tokenisation gets
+"""The data flags of the training scripts reach what they choose (tests/flag_table.py), in every
+script that has them (pretrain_mlm, finetune_glue, finetune_wikihop, compare_methods: the tests are
+parametrized over ``script``): each file is the split it names, a Hub dataset and its configuration
+are what is loaded, the sample caps and --max_seq_length shape each set, tokenisation gets
 --preprocessing_num_workers / --overwrite_cache (datasets' map spied on, nothing runs in several
-processes), labels of one's own GLUE data get the sorted ids, the LoRA flags shape the adapter,
-and compare_methods hands its data flags to each method's run and its warm-up flags to the warm-up.
-Every run stops where it builds its Trainer (nothing is trained)."""
+processes), --padding_free packs each batch, the masked-LM flags shape the masked sets; labels of
+one's own GLUE data get the sorted ids, the LoRA flags shape the adapter, and compare_methods hands
+its data flags to each method's run and its warm-up flags to the warm-up. Every run stops where it
+builds its Trainer (nothing is trained); compare_methods' runs its first method's stage in this
+process."""
 
 import json
 import os
@@ -15,10 +19,11 @@ from datasets import Dataset, DatasetDict
 from glue_fixtures import single_sentence_rows, write_rows
 from glue_runs import SEQ, argv, make_workspace, read_rows, run_config
 from training_fixtures import Captured, capture_trainer, save_tiny_mlm, small_tokenizer, write_news_files
-from transformers import AutoTokenizer
+from transformers import AutoTokenizer, DataCollatorForLanguageModeling
 from wikihop_fixtures import SHORT, save_tiny_encoder, write_files
 
 from hf_efficient_attn.tasks import glue
+from hf_efficient_attn.tasks.common.masking import DeterministicallyMaskedDataset
 from hf_efficient_attn.tasks.mlm import compare, pretrain
 from hf_efficient_attn.tasks.wikihop import finetune as wikihop
 from hf_efficient_attn.tasks.wikihop.data import ChunkEncoder, add_markers
@@ -55,11 +60,53 @@ def wikihop_workspace(tmp_path_factory):
 
 
 def captured(monkeypatch, module, arguments):
-    """What ``module.main(arguments)`` would give its Trainer."""
+    """What ``module.main(arguments)`` would give its Trainer (compare_methods: its first method's
+    run, in this process)."""
     capture_trainer(monkeypatch)
+    monkeypatch.setattr(compare, "run_in_own_process", compare.run_stage)
     with pytest.raises(Captured) as caught:
         module.main(arguments)
     return caught.value.kwargs
+
+
+#: The training scripts, and the module whose ``main`` each runs.
+SCRIPTS = {"pretrain_mlm": pretrain, "finetune_glue": glue, "finetune_wikihop": wikihop, "compare_methods": compare}
+MLM_SCRIPTS = ["pretrain_mlm", "compare_methods"]
+
+
+@pytest.fixture(scope="module")
+def workspaces(mlm, glue_workspace, wikihop_workspace):
+    return {"mlm": mlm, "glue": glue_workspace, "wikihop": wikihop_workspace}
+
+
+def script_arguments(script, workspaces, output_dir, *extra):
+    """``script``'s flags on the workspace's train and validation files (news text, MRPC, qangaroo),
+    with ``extra`` last (a flag given twice takes its last value)."""
+    if script == "finetune_glue":
+        return glue_arguments(workspaces["glue"], output_dir, pad_to_max_length=False) + list(extra)
+    if script == "finetune_wikihop":
+        return wikihop_arguments(workspaces["wikihop"], output_dir, *extra)
+    mlm = workspaces["mlm"]
+    files = ["--train_file", mlm["train"], "--validation_file", mlm["validation"]]
+    if script == "compare_methods":
+        return compare_arguments(mlm, output_dir, *files, *extra)
+    return mlm_arguments(mlm, output_dir, *files, *extra)
+
+
+def trainer_kwargs(script, workspaces, output_dir, monkeypatch, *extra):
+    """What ``script`` with :func:`script_arguments` would give its Trainer."""
+    return captured(monkeypatch, SCRIPTS[script], script_arguments(script, workspaces, output_dir, *extra))
+
+
+def example_ids(dataset):
+    """The token ids of each example of a training or evaluation set, as lists."""
+    ids = dataset.examples["input_ids"] if hasattr(dataset, "examples") else dataset["input_ids"]  # masked LM: .examples
+    return [list(map(list, row)) if row and isinstance(row[0], list) else list(row) for row in ids]
+
+
+def sequences(example_ids):
+    """The token sequences of one example: WikiHop's chunks, else the example itself."""
+    return example_ids if example_ids and isinstance(example_ids[0], list) else [example_ids]
 
 
 def mlm_arguments(mlm, output_dir, *extra):
@@ -69,6 +116,12 @@ def mlm_arguments(mlm, output_dir, *extra):
 
 def glue_arguments(workspace, output_dir, task="mrpc", **overrides):
     return argv(run_config(workspace, task, output_dir, **overrides))
+
+
+def compare_arguments(mlm, output_dir, *extra):
+    return ["--model_name_or_path", mlm["model"], "--methods", "softmax,mra2", "--max_steps", "2",
+            "--head_warmup_steps", "0", "--output_dir", str(output_dir), "--report_to", "none", "--seed", "7",
+            *extra]  # fmt: skip
 
 
 def wikihop_arguments(workspace, output_dir, *extra, files=True):
@@ -98,34 +151,27 @@ def read_qangaroo(path):
 # ---- files and datasets ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("script", ["pretrain_mlm", "finetune_glue", "finetune_wikihop"])
-def test_each_file_is_the_split_it_names(mlm, glue_workspace, wikihop_workspace, monkeypatch, tmp_path, script):
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_each_file_is_the_split_it_names(workspaces, monkeypatch, tmp_path, script):
     """--train_file is trained on and --validation_file evaluated on: each set is its own file's
     examples as the tokenizer (or the WikiHop encoder) makes them, in order."""
-    if script == "pretrain_mlm":
-        trainer = captured(
-            monkeypatch,
-            pretrain,
-            mlm_arguments(mlm, tmp_path, "--line_by_line", "--train_file", mlm["train"], "--validation_file", mlm["validation"]),
-        )
-        train, validation = (trainer[s].examples["input_ids"] for s in ("train_dataset", "eval_dataset"))
+    extra = ["--line_by_line", "--max_seq_length", "64"] if script in MLM_SCRIPTS else []
+    trainer = trainer_kwargs(script, workspaces, tmp_path, monkeypatch, *extra)
+    train, validation = (example_ids(trainer[s]) for s in ("train_dataset", "eval_dataset"))
+    if script in MLM_SCRIPTS:
+        mlm = workspaces["mlm"]
         expected = [small_tokenizer()(lines(mlm[s]), truncation=True, max_length=64)["input_ids"]
                     for s in ("train", "validation")]  # fmt: skip
     elif script == "finetune_glue":
-        files = glue_workspace["files"]["mrpc"]
-        trainer = captured(monkeypatch, glue, glue_arguments(glue_workspace, tmp_path, pad_to_max_length=False))
-        train, validation = (list(trainer[s]["input_ids"]) for s in ("train_dataset", "eval_dataset"))
-        tokenizer = AutoTokenizer.from_pretrained(glue_workspace["model"])
+        tokenizer = AutoTokenizer.from_pretrained(workspaces["glue"]["model"])
         expected = []
         for split in ("train", "validation"):
-            rows = read_rows(files[split])
+            rows = read_rows(workspaces["glue"]["files"]["mrpc"][split])
             pairs = [r["sentence1"] for r in rows], [r["sentence2"] for r in rows]
             expected.append(tokenizer(*pairs, truncation=True, max_length=SEQ)["input_ids"])
     else:
-        trainer = captured(monkeypatch, wikihop, wikihop_arguments(wikihop_workspace, tmp_path))
-        train, validation = (list(trainer[s]["input_ids"]) for s in ("train_dataset", "eval_dataset"))
-        expected = [qangaroo_encoding(wikihop_workspace["model"], read_qangaroo(wikihop_workspace[s]))
-                    for s in ("train", "dev")]  # fmt: skip
+        wikihop_files = workspaces["wikihop"]
+        expected = [qangaroo_encoding(wikihop_files["model"], read_qangaroo(wikihop_files[s])) for s in ("train", "dev")]
     assert train == expected[0] and validation == expected[1]
     assert train != validation
 
@@ -143,12 +189,25 @@ def fake_hub(monkeypatch, splits):
     return calls
 
 
-@pytest.mark.parametrize("script", ["finetune_glue", "finetune_wikihop"])
-def test_dataset_name_and_config_are_what_is_loaded(glue_workspace, wikihop_workspace, monkeypatch, tmp_path,
-                                                    script):  # fmt: skip
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_dataset_name_and_config_are_what_is_loaded(workspaces, monkeypatch, tmp_path, script):
     """--dataset_name / --dataset_config_name are the Hub dataset and configuration loaded (no local
-    file), and its splits are what is trained and evaluated on. (pretrain_mlm: test_mlm.py.)"""
-    if script == "finetune_glue":
+    file), and its splits are what is trained and evaluated on."""
+    glue_workspace, wikihop_workspace = workspaces["glue"], workspaces["wikihop"]
+    loads = 1
+    if script in MLM_SCRIPTS:
+        dataset = "someone/news"
+        texts = lines(workspaces["mlm"]["train"])[:24]
+        calls = fake_hub(monkeypatch, DatasetDict(train=Dataset.from_dict({"text": texts[:18]}),
+                                                  validation=Dataset.from_dict({"text": texts[18:]})))  # fmt: skip
+        flags = ["--dataset_name", dataset, "--dataset_config_name", "en", "--line_by_line", "--max_seq_length", "64"]
+        if script == "compare_methods":
+            trainer = captured(monkeypatch, compare, compare_arguments(workspaces["mlm"], tmp_path, *flags))
+            loads = 2  # the comparison checks the data, then the method's run reads them
+        else:
+            trainer = captured(monkeypatch, pretrain, mlm_arguments(workspaces["mlm"], tmp_path, *flags))
+        expected = [small_tokenizer()(part, truncation=True, max_length=64)["input_ids"] for part in (texts[:18], texts[18:])]
+    elif script == "finetune_glue":
         dataset = "someone/reviews"
         rows = single_sentence_rows()[0][:20]
         splits = DatasetDict(train=Dataset.from_list(rows[:14]), validation=Dataset.from_list(rows[14:]))
@@ -169,9 +228,53 @@ def test_dataset_name_and_config_are_what_is_loaded(glue_workspace, wikihop_work
                                       "--dataset_config_name", "en", files=False)  # fmt: skip
         trainer = captured(monkeypatch, wikihop, arguments)
         expected = [qangaroo_encoding(wikihop_workspace["model"], part) for part in (train, validation)]
-    assert calls == [(dataset, "en")]
-    assert list(trainer["train_dataset"]["input_ids"]) == expected[0]
-    assert list(trainer["eval_dataset"]["input_ids"]) == expected[1]
+    assert calls == [(dataset, "en")] * loads
+    assert example_ids(trainer["train_dataset"]) == expected[0]
+    assert example_ids(trainer["eval_dataset"]) == expected[1]
+
+
+@pytest.mark.parametrize(
+    "script, flags, message",
+    [
+        *[(script, ["--dataset_name", "someone/data"], r"^--dataset_name and local files \(--train_file, ...\) both name the "
+           "data: give one of them$") for script in SCRIPTS],
+        *[(script, ["--dataset_config_name", "en"], "^--dataset_config_name is a configuration of --dataset_name: give "
+           "that too, or leave it out$") for script in SCRIPTS],
+        ("finetune_wikihop", ["--pad_to_max_length", "true", "--padding_free"], "^--pad_to_max_length and --padding_free: "
+         "packed chunks have no padding; give one of them$"),
+    ],
+)  # fmt: skip
+def test_data_flags_that_would_be_ignored_are_refused(workspaces, monkeypatch, tmp_path, script, flags, message):
+    """A flag the loaders would skip is refused as the flags are parsed, naming why: --dataset_name
+    beside local files (the Hub dataset alone would be read), --dataset_config_name without
+    --dataset_name, WikiHop's --pad_to_max_length with --padding_free. (Each flag alone: the tests above.)"""
+    monkeypatch.setattr(datasets, "load_dataset", lambda *a, **k: pytest.fail("data loaded before the check"))
+    with pytest.raises(ValueError, match=message):
+        SCRIPTS[script].main(script_arguments(script, workspaces, tmp_path, *flags))
+
+
+# ---- sample caps and lengths ---------------------------------------------------------------------------
+
+#: A --max_seq_length below each script's default (GLUE's workspace: 64; the others: the tiny models' 130).
+SHORTER = {"pretrain_mlm": 40, "finetune_glue": 40, "finetune_wikihop": 96, "compare_methods": 40}
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_sample_caps_and_max_seq_length_shape_each_set(workspaces, monkeypatch, tmp_path, script):
+    """--max_train_samples 5 keeps the first 5 training examples and --max_eval_samples 3 the first 3
+    evaluation examples of the sets the same run makes without them (each cap its own set: swapped
+    or shared caps give other sizes); with --max_seq_length L no example (WikiHop: chunk) is longer
+    than L and the long texts reach it."""
+    length = ["--max_seq_length", str(SHORTER[script])]
+    whole = trainer_kwargs(script, workspaces, tmp_path / "whole", monkeypatch, *length)
+    capped = trainer_kwargs(script, workspaces, tmp_path / "capped", monkeypatch, *length, "--max_train_samples", "5",
+                            "--max_eval_samples", "3")  # fmt: skip
+    train, evaluation = example_ids(whole["train_dataset"]), example_ids(whole["eval_dataset"])
+    assert len(train) > 5 and len(evaluation) > 3
+    assert example_ids(capped["train_dataset"]) == train[:5]
+    assert example_ids(capped["eval_dataset"]) == evaluation[:3]
+    lengths = [len(ids) for example in train + evaluation for ids in sequences(example)]
+    assert max(lengths) == SHORTER[script]
 
 
 # ---- tokenisation options -------------------------------------------------------------------------------
@@ -194,20 +297,69 @@ def map_calls(monkeypatch):
 @pytest.mark.parametrize(
     "flags, expected", [([], (None, True)), (["--preprocessing_num_workers", "3", "--overwrite_cache"], (3, False))]
 )
-@pytest.mark.parametrize("script", ["pretrain_mlm", "pretrain_mlm --line_by_line", "finetune_glue", "finetune_wikihop"])
-def test_tokenisation_gets_the_workers_and_cache_flags(mlm, glue_workspace, wikihop_workspace, monkeypatch, tmp_path,
-                                                       map_calls, script, flags, expected):  # fmt: skip
+@pytest.mark.parametrize("script, mode", [*[(script, "") for script in SCRIPTS], ("pretrain_mlm", "--line_by_line")])
+def test_tokenisation_gets_the_workers_and_cache_flags(workspaces, monkeypatch, tmp_path, map_calls, script, mode, flags,
+                                                       expected):  # fmt: skip
     """--preprocessing_num_workers is every tokenising map's num_proc, --overwrite_cache its
-    load_from_cache_file=False (default: None, True). (compare_methods: the comparison test below.)"""
-    if script.startswith("pretrain_mlm"):
-        arguments = mlm_arguments(mlm, tmp_path, "--train_file", mlm["train"], "--validation_file", mlm["validation"],
-                                  *script.split()[1:], *flags)  # fmt: skip
-        captured(monkeypatch, pretrain, arguments)
-    elif script == "finetune_glue":
-        captured(monkeypatch, glue, glue_arguments(glue_workspace, tmp_path) + flags)
-    else:
-        captured(monkeypatch, wikihop, wikihop_arguments(wikihop_workspace, tmp_path, *flags))
+    load_from_cache_file=False (default: None, True); compare_methods: the comparison's and its method
+    run's."""
+    trainer_kwargs(script, workspaces, tmp_path, monkeypatch, *mode.split(), *flags)
     assert len(map_calls) >= 2 and set(map_calls) == {expected}
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_padding_free_packs_each_batch(workspaces, monkeypatch, tmp_path, script):
+    """--padding_free: the collator puts a batch's sequences (WikiHop: every chunk) one after another in
+    one row, their starts in cu_seq_lens_q; without it, a row per example."""
+    method = [] if script == "compare_methods" else ["--attn_impl", "mra2"]
+    for padding_free in (True, False):
+        flags = [*method, "--line_by_line"] if script in MLM_SCRIPTS else method
+        trainer = trainer_kwargs(script, workspaces, tmp_path / str(padding_free), monkeypatch, *flags,
+                                 *(["--padding_free"] if padding_free else []))  # fmt: skip
+        features = [trainer["train_dataset"][i] for i in range(3)]
+        batch = trainer["data_collator"](features)
+        if padding_free:
+            lengths = [len(ids) for example in example_ids(trainer["train_dataset"])[:3] for ids in sequences(example)]
+            assert batch["input_ids"].shape == (1, sum(lengths))
+            assert batch["cu_seq_lens_q"].tolist() == [sum(lengths[:i]) for i in range(len(lengths) + 1)]
+        else:
+            assert batch["input_ids"].shape[0] == 3 and "cu_seq_lens_q" not in batch
+
+
+# ---- masked-LM data flags ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("script", MLM_SCRIPTS)
+def test_masked_lm_data_flags_shape_the_masked_sets(workspaces, monkeypatch, tmp_path, script):
+    """On a json file with the text in a ``body`` column and no validation file: --text_column_name body
+    is the text, --line_by_line makes each row an example, --validation_split_percentage 25 carves the
+    first quarter of the rows for validation (the rest trains), --mlm_probability 0.3 masks that share
+    of the tokens, and --eval_mask_seed 5 draws the validation masks (those of seed 5, not of seed 0)."""
+    mlm = workspaces["mlm"]
+    flags = ["--train_file", mlm["train_body"], "--text_column_name", "body", "--line_by_line",
+             "--validation_split_percentage", "25", "--mlm_probability", "0.3", "--eval_mask_seed", "5",
+             "--max_seq_length", "48"]  # fmt: skip
+    arguments = (compare_arguments if script == "compare_methods" else mlm_arguments)(mlm, tmp_path, *flags)
+    trainer = captured(monkeypatch, SCRIPTS[script], arguments)
+    bodies = [row["body"] for row in read_rows(mlm["train_body"])]
+    carved = round(len(bodies) * 25 / 100)
+    tokenizer = small_tokenizer()
+    assert example_ids(trainer["eval_dataset"]) == tokenizer(bodies[:carved], truncation=True, max_length=48)["input_ids"]
+    assert example_ids(trainer["train_dataset"]) == tokenizer(bodies[carved:], truncation=True, max_length=48)["input_ids"]
+
+    train = trainer["train_dataset"]
+    labels = torch.cat([train[i]["labels"] for i in range(len(train))])
+    masked = labels.ne(-100).sum() / sum(len(ids) - 2 for ids in example_ids(train))  # [CLS] and [SEP] never masked
+    assert abs(float(masked) - 0.3) < 0.05
+
+    evaluation = trainer["eval_dataset"]
+
+    def validation_masks(seed):
+        masker = DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.3)
+        drawn = DeterministicallyMaskedDataset(evaluation.examples, masker, seed)
+        return [drawn[i]["labels"].tolist() for i in range(len(drawn))]
+
+    assert [evaluation[i]["labels"].tolist() for i in range(len(evaluation))] == validation_masks(5) != validation_masks(0)
 
 
 # ---- GLUE ---------------------------------------------------------------------------------------------

@@ -6,16 +6,18 @@ The Hub flags are checked on a Hub cache written here (offline): ``--model_revis
 the config, the tokenizer and the weights of that revision, not of ``main``.
 """
 
+import logging
 import os
 import shutil
 
+import datasets.utils.logging
 import pytest
 import torch
 import transformers as T
 import transformers.utils.hub
 from glue_fixtures import write_task_files
 from safetensors.torch import load_file
-from training_fixtures import save_tiny_mlm, small_tokenizer, tiny_config, write_news_files
+from training_fixtures import default_library_logging, save_tiny_mlm, small_tokenizer, tiny_config, write_news_files
 from wikihop_fixtures import write_files as write_wikihop_files
 
 from hf_efficient_attn.integration.auto import _EfficientAutoModel
@@ -238,15 +240,16 @@ def test_tokenizer_name_encodes_the_data(workspace, tmp_path, monkeypatch):
 #: TrainingArguments values that the scripts must hand on, unchanged, to the Trainer that trains.
 HANDED_ON = {"per_device_train_batch_size": 3, "num_train_epochs": 2.0, "max_steps": 5, "learning_rate": 3e-4,
              "gradient_accumulation_steps": 2, "bf16": True, "eval_steps": 3, "save_total_limit": 2, "seed": 11,
-             "data_seed": 13, "dataloader_num_workers": 1}  # fmt: skip
+             "data_seed": 13, "dataloader_num_workers": 1, "log_level": "info", "disable_tqdm": True}  # fmt: skip
 
 
 @pytest.mark.parametrize("script", TRAINING)
 def test_training_flags_reach_the_trainer(script, workspace, tmp_path, monkeypatch):
     """Each flag of HANDED_ON reaches the Trainer that trains (compare_methods: each method's, into
     ``output_dir/<method>``, training and evaluating without --do_train/--do_eval); an explicit
-    --resume_from_checkpoint is what training resumes from; GLUE pads
-    to multiples of 8 under bf16."""
+    --resume_from_checkpoint is what training resumes from; GLUE pads to multiples of 8 under bf16;
+    --log_level info sets Transformers' and datasets' logging to info (default: their warnings, as
+    tests/test_run_output.py checks) and --disable_tqdm turns their progress bars off too."""
     flags = [arg for name, value in HANDED_ON.items() for arg in (f"--{name}", str(value).lower())]
     flags += ["--use_cpu", "--model_name_or_path", workspace["model"]]
     checkpoint = tmp_path / "elsewhere" / "checkpoint-3"
@@ -257,7 +260,12 @@ def test_training_flags_reach_the_trainer(script, workspace, tmp_path, monkeypat
             flags += ["--dataloader_persistent_workers", "true"]
         if script == "finetune_glue":  # padded per batch, so that the multiple shows
             flags += ["--pad_to_max_length", "false"]
-    stopped = run_until_trainer(script, script_args(script, workspace, tmp_path / "out", *flags), monkeypatch)
+    with default_library_logging():
+        stopped = run_until_trainer(script, script_args(script, workspace, tmp_path / "out", *flags), monkeypatch)
+        libraries = (T.utils.logging, datasets.utils.logging)
+        assert [(library.get_verbosity(), library.is_progress_bar_enabled()) for library in libraries] == [
+            (logging.INFO, False)
+        ] * 2
 
     args = stopped.trainer.args
     assert stopped.stage == "train" and stopped.trainer.eval_dataset is not None
@@ -307,12 +315,20 @@ def test_do_flags_choose_the_stages(script, flags, stage, workspace, tmp_path, m
            "and/or --do_eval$") for script in ("pretrain_mlm", "compare_methods")],
         ("finetune_wikihop", ["--do_train", "--do_predict"], "--do_predict is not supported"),
         ("compare_methods", ["--resume_from_checkpoint", "{folder}"], "--resume_from_checkpoint does not apply"),
+        ("compare_methods", ["--attn_impl", "mra2"], "--attn_impl does not apply to a comparison: list the methods in "
+         "--methods$"),
+        *[(script, ["--do_train", "--label_smoothing_factor", "0.1"], "--label_smoothing_factor has no effect here")
+          for script in TRAINING],
+        *[(script, ["--do_train", "--prediction_loss_only", "true"], "--prediction_loss_only would drop the predictions")
+          for script in TRAINING],
     ],
 )  # fmt: skip
 def test_run_flags_are_read_before_loading(script, flags, message, workspace, tmp_path, monkeypatch):
     """--fp16 on CPU, a --report_to tracker not installed, persistent workers (the masks would stop
-    changing between epochs), --do_predict where there is no prediction, and compare_methods' explicit
-    --resume_from_checkpoint (each method resumes from its own folder) are refused before any load."""
+    changing between epochs), --do_predict where there is no prediction, compare_methods' explicit
+    --resume_from_checkpoint (each method resumes from its own folder) and --attn_impl (it compares
+    --methods), --label_smoothing_factor (Trainer skips its smoother when a script gives its own
+    loss) and --prediction_loss_only (the scripts score predictions) are refused before any load."""
     monkeypatch.setattr(T.integrations, "is_tensorboard_available", lambda: False)
     for module in (pretrain, glue, wikihop, compare):
         monkeypatch.setattr(module, "load_config", lambda *a, **k: pytest.fail("a model was loaded before the check"))
@@ -322,29 +338,35 @@ def test_run_flags_are_read_before_loading(script, flags, message, workspace, tm
         MAINS[script](argv)
 
 
-@pytest.mark.parametrize("script", ["finetune_glue", "finetune_wikihop"])
-def test_seed_draws_the_new_head(script, workspace, tmp_path, monkeypatch):
-    """--seed draws the newly initialised head: the same seed gives the same head, another seed another."""
+@pytest.mark.parametrize("script", TRAINING)
+def test_seed_draws_what_it_seeds(script, workspace, tmp_path, monkeypatch):
+    """--seed draws what a run draws first: the newly initialised head (finetune_glue, finetune_wikihop),
+    the training masks (the masked-LM scripts; --data_seed left out). The same seed draws the same,
+    another seed something else."""
 
-    def head(seed):
-        argv = script_args(script, workspace, tmp_path, "--model_name_or_path", workspace["model"], "--do_train",
-                           "--seed", str(seed))  # fmt: skip
-        model = run_until_trainer(script, argv, monkeypatch).trainer.model
+    def drawn(seed):
+        argv = script_args(script, workspace, tmp_path / str(seed), "--model_name_or_path", workspace["model"],
+                           "--do_train", "--seed", str(seed))  # fmt: skip
+        trainer = run_until_trainer(script, argv, monkeypatch).trainer
+        if script in ("pretrain_mlm", "compare_methods"):
+            return {f"labels{i}": trainer.train_dataset[i]["labels"] for i in range(8)}
         loaded = set(load_file(os.path.join(workspace["model"], "model.safetensors")))
-        return {name: t.detach().clone() for name, t in model.state_dict().items() if name not in loaded}
+        return {name: t.detach().clone() for name, t in trainer.model.state_dict().items() if name not in loaded}
 
-    first, again, other = head(1), head(1), head(2)
+    first, again, other = drawn(1), drawn(1), drawn(2)
     assert first and all(torch.equal(first[name], again[name]) for name in first)
     assert any(not torch.equal(first[name], other[name]) for name in first)
 
 
-def test_pin_memory_is_turned_off_on_cpu_only(tmp_path, monkeypatch):
-    """start_run (every training script's) turns --dataloader_pin_memory off on CPU, where it is of no
-    use, and keeps it on an accelerator. (Transformers turns it off itself only with --use_cpu.)"""
-    on_cpu = T.TrainingArguments(output_dir=str(tmp_path), report_to="none", dataloader_pin_memory=True)
-    assert on_cpu.device.type == "cpu"
-    driver.start_run(on_cpu)
-    assert on_cpu.dataloader_pin_memory is False
+@pytest.mark.parametrize("script", TRAINING)
+def test_pin_memory_is_turned_off_on_cpu_only(script, workspace, tmp_path, monkeypatch):
+    """Every training script turns --dataloader_pin_memory (default: on) off on CPU, where it is of no
+    use, and (start_run, which each calls) keeps it on an accelerator. (Transformers turns it off
+    itself only with --use_cpu.)"""
+    argv = script_args(script, workspace, tmp_path / "out", "--model_name_or_path", workspace["model"], "--do_train",
+                       "--dataloader_pin_memory", "true")  # fmt: skip
+    trainer = run_until_trainer(script, argv, monkeypatch).trainer
+    assert trainer.args.device.type == "cpu" and trainer.args.dataloader_pin_memory is False
     on_gpu = T.TrainingArguments(output_dir=str(tmp_path), report_to="none", dataloader_pin_memory=True)
     monkeypatch.setattr(T.TrainingArguments, "device", property(lambda self: torch.device("cuda", 0)))
     driver.start_run(on_gpu)

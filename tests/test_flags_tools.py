@@ -65,10 +65,9 @@ def test_convert_flags_length_seed_base_model_and_output_dir(tmp_path):
 # ---- demo -----------------------------------------------------------------------------------------
 
 
-def test_demo_flags_reach_the_models_and_the_text(tmp_path, monkeypatch):
-    """--attn_impl / --attn_config build the swapped model (the exact one stays plain), --num_articles
-    passages make the 512-token batch, --long_length picks articles that long, stretches both models
-    and is the long input's length. (A tiny checkpoint and four articles stand in for the real ones.)"""
+def run_demo(tmp_path, monkeypatch, argv):
+    """The demo's (attn_impl, attn_config, position table, input shape) of every model it pools, a
+    tiny checkpoint and four articles standing in for the real ones."""
     checkpoint = str(tmp_path / "checkpoint")
     T.BertModel(tiny_config("bert", max_position_embeddings=512)).save_pretrained(checkpoint)
     bert_tokenizer().save_pretrained(checkpoint)
@@ -89,8 +88,16 @@ def test_demo_flags_reach_the_models_and_the_text(tmp_path, monkeypatch):
         return torch.nn.functional.normalize(torch.ones(batch["input_ids"].shape[0], 4), dim=-1)
 
     monkeypatch.setattr(demo, "mean_pooled", mean_pooled)
-    demo.main(["--attn_impl", "yoso", "--attn_config", '{"num_hash": 4}', "--num_articles", "2", "--long_length",
-               "600"])  # fmt: skip
+    demo.main(argv)
+    return pooled
+
+
+def test_demo_flags_reach_the_models_and_the_text(tmp_path, monkeypatch):
+    """--attn_impl / --attn_config build the swapped model (the exact one stays plain), --num_articles
+    passages make the 512-token batch, --long_length picks articles that long, stretches both models
+    and is the long input's length."""
+    pooled = run_demo(tmp_path, monkeypatch, ["--attn_impl", "yoso", "--attn_config", '{"num_hash": 4}',
+                                              "--num_articles", "2", "--long_length", "600"])  # fmt: skip
     options = {**option_defaults("yoso"), "num_hash": 4}
     assert pooled[0][:3] == (None, None, 512) and pooled[1][:3] == ("yoso", options, 512)
     assert pooled[0][3] == pooled[1][3] and pooled[0][3][0] == 2
@@ -176,10 +183,8 @@ def test_push_flags_make_the_upload_folder(tmp_path, capsys):
 # ---- quickstart -----------------------------------------------------------------------------------
 
 
-def test_quickstart_flags_reach_their_steps(tmp_path, monkeypatch):
-    """Each step receives its flags: the conversion --attn_impl, --attn_config and --max_length, MLM
-    pretraining --max_length and --mlm_steps, fine-tuning --finetune_length and --finetune_epochs; every
-    step writes under --output_dir. (The steps are spied on; the slow tier runs them.)"""
+def run_quickstart(monkeypatch, argv):
+    """What each step of the quickstart receives (the steps spied on; the slow tier runs them)."""
     calls = {}
 
     def trained(name):
@@ -203,9 +208,18 @@ def test_quickstart_flags_reach_their_steps(tmp_path, monkeypatch):
     monkeypatch.setattr(quickstart.mlm, "main", trained("mlm"))
     monkeypatch.setattr(quickstart.glue, "main", trained("glue"))
     monkeypatch.setattr(quickstart, "push_variant", lambda *args, **kwargs: calls.setdefault("push", (args, kwargs)))
+    quickstart.main(argv)
+    return calls
+
+
+def test_quickstart_flags_reach_their_steps(tmp_path, monkeypatch):
+    """Each step receives its flags: the conversion --attn_impl, --attn_config and --max_length, MLM
+    pretraining --max_length and --mlm_steps, fine-tuning --finetune_length and --finetune_epochs; every
+    step writes under --output_dir."""
     out = str(tmp_path / "qs")
-    quickstart.main(["--output_dir", out, "--attn_impl", "yoso", "--attn_config", '{"num_hash": 4}', "--max_length",
-                     "640", "--mlm_steps", "3", "--finetune_length", "96", "--finetune_epochs", "5"])  # fmt: skip
+    calls = run_quickstart(monkeypatch, ["--output_dir", out, "--attn_impl", "yoso", "--attn_config", '{"num_hash": 4}',
+                                         "--max_length", "640", "--mlm_steps", "3", "--finetune_length", "96",
+                                         "--finetune_epochs", "5"])  # fmt: skip
 
     folder = {name: os.path.join(out, name) for name in quickstart.STEPS}
     assert calls["wikipedia"] == os.path.join(folder["data"], "wikipedia")
@@ -219,6 +233,19 @@ def test_quickstart_flags_reach_their_steps(tmp_path, monkeypatch):
     assert (value_of(glue, "--max_seq_length"), value_of(glue, "--num_train_epochs")) == ("96", "5")
     assert value_of(glue, "--output_dir") == folder["3-newsgroups"]
     assert calls["push"] == ((folder["3-newsgroups"], "your-name"), {"dry_run": folder["4-upload"]})
+
+
+@pytest.mark.parametrize("script", ["demo", "quickstart"])
+def test_method_flags_choose_the_method_each_tool_runs(script, tmp_path, monkeypatch):
+    """--attn_impl / --attn_config, the flags the demo and the quickstart share (MethodArguments), choose
+    the method each tool runs: the demo's swapped model, the quickstart's conversion."""
+    flags = ["--attn_impl", "yoso", "--attn_config", '{"num_hash": 8}']
+    if script == "demo":
+        swapped = run_demo(tmp_path, monkeypatch, [*flags, "--num_articles", "2", "--long_length", "600"])[1]
+        assert swapped[:2] == ("yoso", {**option_defaults("yoso"), "num_hash": 8})
+    else:
+        convert_args = run_quickstart(monkeypatch, ["--output_dir", str(tmp_path / "qs"), *flags])["convert"][0]
+        assert convert_args[2:] == ("yoso", {"num_hash": 8})
 
 
 # ---- prepare_glue_sample, prepare_wikihop, prepare_wikipedia ---------------------------------------
