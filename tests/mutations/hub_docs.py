@@ -78,4 +78,21 @@ MUTATIONS: list[Mutation] = [
         (LOCAL_CARD,),
         "the labels are listed in the order of their names, not of the outputs",
     ),
+    # ---- docs/serving.md's encode example runs from what the docs make (issue 46, item 8) -----------------
+    Mutation(
+        "docs/serving.md",
+        "--output_dir outputs/quickstart-encoder-onnx \\\n    --task feature-extraction --int8\n",
+        "--output_dir outputs/quickstart-encoder-onnx \\\n    --int8\n",
+        (T + "test_doc_examples.py::-k serving.md:142",),
+        "the serving page exports the masked-LM head, which encode_onnx.py refuses, before encoding with it",
+        slow=True,
+    ),
+    # ---- a documented run repeats on the same machine and thread count (issue 46, item 10) ---------------
+    Mutation(
+        P + "tasks/common/masking.py",
+        "torch.Generator().manual_seed(example_seed(self.seed, self.epoch, int(index)))",
+        "torch.Generator().manual_seed(torch.seed())",
+        (T + "test_repeatable_runs.py",),
+        "masks drawn from an unseeded generator: the same command gives other numbers",
+    ),
 ]
