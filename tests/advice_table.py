@@ -329,6 +329,12 @@ ADVICE_TESTS = {
     P + "tasks/common/driver.py::check_run: give a folder (new, or this run's to resume it)": TA
     + "test_output_dir_is_a_file_advice[pretrain_mlm]",
     P + "tasks/common/driver.py::check_run: pass {}": TA + "test_nothing_to_do_advice",
+    P + "tasks/common/driver.py::check_run: leave it at 0": TA + "test_flags_the_scripts_would_not_honour_advice",
+    P + "tasks/common/driver.py::check_run: leave it off": TA + "test_flags_the_scripts_would_not_honour_advice",
+    P + "tasks/common/driver.py::resume_advice: rerun the same command to resume from {}, the last complete checkpoint": "tests/"
+    "test_run_output.py::test_ctrl_c_in_training_is_one_line_and_rerunning_resumes",
+    P + "tasks/common/driver.py::resume_advice: rerun the same command without --resume_from_checkpoint to resume from {}, the "
+    "last complete checkpoint": "tests/test_run_output.py::test_ctrl_c_with_an_explicit_checkpoint_advises_leaving_the_flag_out",
     P + "tasks/common/driver.py::check_same_method: give another --output_dir to start afresh": RERUNS
     + "test_a_rerun_asking_another_method_than_the_checkpoints_is_refused[pretrain_mlm-attn_impl]",
     P + "tasks/common/driver.py::check_same_method: rerun with that method to resume": "tests/test_mlm.py::"

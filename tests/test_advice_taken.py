@@ -972,3 +972,16 @@ def test_wikihop_padding_flags_advice():
         WikiHopDataArguments(pad_to_max_length=True, padding_free=True, dataset_name="wiki_hop")
     assert WikiHopDataArguments(pad_to_max_length=True, dataset_name="wiki_hop").pad_to_max_length
     assert WikiHopDataArguments(padding_free=True, dataset_name="wiki_hop").padding_free
+
+
+def test_flags_the_scripts_would_not_honour_advice(mlm, tmp_path, monkeypatch):
+    """--label_smoothing_factor: 'leave it at 0'; --prediction_loss_only: 'leave it off': so left, the run
+    goes on with the scripts' own loss and scores predictions."""
+    with raises(ValueError, "which Trainer does not smooth; leave it at 0"):
+        pretrain.main(pretrain_flags(mlm, tmp_path, "--label_smoothing_factor", "0.1"))
+    with raises(ValueError, "would drop the predictions that the evaluation scores (accuracy) and writes; leave it off"):
+        pretrain.main(pretrain_flags(mlm, tmp_path, "--prediction_loss_only", "true"))
+    for left in (["--label_smoothing_factor", "0"], ["--prediction_loss_only", "false"]):
+        kwargs = captured(monkeypatch, pretrain.main, pretrain_flags(mlm, tmp_path, "--do_eval", *left))
+        assert kwargs["args"].label_smoothing_factor == 0 and not kwargs["args"].prediction_loss_only
+        assert kwargs["compute_loss_func"] is not None and kwargs["compute_metrics"] is not None
