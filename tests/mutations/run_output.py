@@ -58,6 +58,13 @@ MUTATIONS: list[Mutation] = [
     ),
     Mutation(
         P + "tasks/common/driver.py",
+        "        close_progress_bars(trainer)\n",
+        "",
+        (T + "test_run_output.py::-k ctrl_c_in_training",),
+        "after Ctrl-C the interrupted progress bar draws itself again below the one-line message",
+    ),
+    Mutation(
+        P + "tasks/common/driver.py",
         "    if training_args.resume_from_checkpoint is not None:  # the same command",
         "    if False:  # the same command",
         (T + "test_run_output.py::-k ctrl_c_with_an_explicit",),

@@ -290,6 +290,7 @@ def train_and_save(trainer: Trainer, checkpoint: str | None, num_samples: int) -
     try:
         result = trainer.train(resume_from_checkpoint=checkpoint)
     except KeyboardInterrupt:  # Ctrl-C: run_cli prints this advice in one line
+        close_progress_bars(trainer)
         raise KeyboardInterrupt(resume_advice(trainer.args)) from None
     trainer.save_model()
     metrics = {**result.metrics, "train_samples": num_samples}
@@ -297,6 +298,19 @@ def train_and_save(trainer: Trainer, checkpoint: str | None, num_samples: int) -
     trainer.save_metrics("train", metrics)
     trainer.save_state()
     return metrics
+
+
+def close_progress_bars(trainer: Trainer) -> None:
+    """Close the progress bars of an interrupted run (Trainer closes them only when training ends):
+    left open, a bar draws itself once more as the process exits, below the interruption's line."""
+    from transformers.trainer_callback import ProgressCallback
+
+    for callback in trainer.callback_handler.callbacks:
+        if isinstance(callback, ProgressCallback):
+            for bar in (callback.training_bar, callback.prediction_bar):
+                if bar is not None:
+                    bar.close()
+            callback.training_bar = callback.prediction_bar = None
 
 
 def resume_advice(training_args: TrainingArguments) -> str:
