@@ -146,10 +146,10 @@ def test_dataset_without_a_text_column(tmp_path):
 
 def test_method_arguments_are_checked():
     with pytest.raises(ValueError, match="unknown attention method 'mra3'"):
-        ModelArguments(model_name_or_path="x", attn_impl="mra3")
+        ModelArguments(model_name_or_path=".", attn_impl="mra3")
     with pytest.raises(ValueError, match="--attn_config must be a JSON object"):
-        ModelArguments(model_name_or_path="x", attn_impl="mra2", attn_config="block_per_row=16")
-    assert ModelArguments(model_name_or_path="x", attn_impl="mra2", attn_config='{"block_per_row": 16}').attn_options == {
+        ModelArguments(model_name_or_path=".", attn_impl="mra2", attn_config="block_per_row=16")
+    assert ModelArguments(model_name_or_path=".", attn_impl="mra2", attn_config='{"block_per_row": 16}').attn_options == {
         "block_per_row": 16
     }
 

@@ -174,8 +174,8 @@ MUTATIONS: list[Mutation] = [
     ),
     Mutation(
         P + "serving/encoding.py",
-        "return tokenizer(list(texts), truncation=True, max_length=max_length)",
-        "return tokenizer(list(texts), truncation=True, max_length=512)",
+        "encoded = tokenizer(list(texts), truncation=True, max_length=max_length)",
+        "encoded = tokenizer(list(texts), truncation=True, max_length=512)",
         (T + "test_onnx_encode.py::-k max_length_truncates",),
         "encode(max_length=) ignored",
     ),
