@@ -1,8 +1,8 @@
 """A training run repeats exactly on the same machine and thread count, the promise behind the
 numbers of docs/long_models_mlm.md: two identical masked-LM runs with MRA-2, at a length where it
 approximates, give the same losses, evaluation loss and masked-token accuracy, bit for bit. (Across
-thread counts they need not: PyTorch's CPU kernels split their sums by thread, with exact attention
-as with MRA-2; the page says so.)"""
+thread counts they need not: PyTorch's CPU backward kernels depend on the thread count, with exact
+attention as with MRA-2; the page says so.)"""
 
 from __future__ import annotations
 
