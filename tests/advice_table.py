@@ -320,6 +320,8 @@ ADVICE_TESTS = {
     P + "tasks/common/data.py::carve_validation: raise --validation_split_percentage": TA
     + "test_too_few_rows_to_carve_a_validation_split_advice",
     P + "tasks/common/data.py::text_column: pass --text_column_name COLUMN": TA + "test_no_text_column_advice",
+    P + "tasks/common/data.py::unused_split_percentage: leave it out": "tests/test_flags_data.py::"
+    "test_validation_split_percentage_is_refused_where_the_data_have_a_validation_split",
     P + "tasks/common/data.py::tokenize_in_blocks: give more text or a smaller --max_seq_length": TA
     + "test_text_shorter_than_one_block_advice",
     P + "tasks/common/driver.py::check_precision: use --bf16 (CPU autocast) or no flag": TA + "test_fp16_on_cpu_advice",
@@ -331,6 +333,8 @@ ADVICE_TESTS = {
     P + "tasks/common/driver.py::check_run: pass {}": TA + "test_nothing_to_do_advice",
     P + "tasks/common/driver.py::check_run: leave it at 0": TA + "test_flags_the_scripts_would_not_honour_advice",
     P + "tasks/common/driver.py::check_run: leave it off": TA + "test_flags_the_scripts_would_not_honour_advice",
+    P + "tasks/common/driver.py::check_run: leave it out": "tests/test_flags_model_training.py::"
+    "test_batch_eval_metrics_advice_leaving_it_out_scores_the_whole_set",
     P + "tasks/common/driver.py::resume_advice: rerun the same command to resume from {}, the last complete checkpoint": "tests/"
     "test_run_output.py::test_ctrl_c_in_training_is_one_line_and_rerunning_resumes",
     P + "tasks/common/driver.py::resume_advice: rerun the same command without --resume_from_checkpoint to resume from {}, the "
@@ -356,6 +360,8 @@ ADVICE_TESTS = {
     "test_predict_only_from_a_fine_tuned_folder_writes_the_label_names",
     P + "tasks/mlm/compare.py::ComparisonModelArguments.__post_init__: list the methods in --methods": TA
     + "test_comparison_flags_advice",
+    P + "tasks/mlm/compare.py::<module>: give --eval_steps N to choose how often": "tests/test_compare.py::"
+    "test_the_schedule_a_comparison_decides_is_refused_and_eval_steps_chooses_it",
     P + "tasks/mlm/compare.py::check_method_folder: give another --output_dir": RERUNS
     + "test_a_comparison_rerun_with_other_method_options_is_refused",
     P + "tasks/mlm/compare.py::check_method_folder: rerun with the same --attn_config": RERUNS
@@ -373,6 +379,9 @@ ADVICE_TESTS = {
     # slow: the interrupted method resumed by the same command
     P + "tasks/mlm/compare.py::run_in_own_process: rerun the same command to resume it": "tests/test_compare.py::"
     "test_a_rerun_skips_finished_methods_and_resumes_an_interrupted_one",
+    # (the resume branch, in the slow tier: test_run_output.py::test_ctrl_c_in_a_comparison_is_one_line_and_rerunning_resumes)
+    P + "tasks/mlm/compare.py::rerun_advice: rerun the same command: finished methods are skipped and {}": "tests/"
+    "test_run_output.py::test_ctrl_c_before_a_methods_first_checkpoint_says_it_starts_again",
     P + "tasks/mlm/compare_report.py::check_plotting: pip install matplotlib": PIP + "[matplotlib]",
     P + "tasks/mlm/pretrain.py::check_mlm_run: leave it off": TA + "test_persistent_workers_advice",
     P + "tasks/wikihop/data.py::ChunkEncoder.__post_init__: call add_markers(tokenizer) first": TA
@@ -380,6 +389,8 @@ ADVICE_TESTS = {
     P + "tasks/wikihop/data.py::ChunkEncoder.encode: raise --max_seq_length": TA + "test_wikihop_encoder_advice",
     P + "tasks/wikihop/finetune.py::WikiHopDataArguments.__post_init__: give one of them": TA
     + "test_wikihop_padding_flags_advice",
+    P + "tasks/wikihop/finetune.py::run_wikihop: use --do_eval on a file instead: it writes {} for its examples": "tests/"
+    "test_wikihop_cli.py::test_do_predict_advice_evaluating_on_a_file_writes_its_predictions",
     P + "tasks/wikihop/qangaroo.py::real_examples: get it once with: {}": TA + "test_real_wikihop_examples_missing_advice",
     # the tools
     P + "tools/benchmark/cli.py::BenchmarkArguments.__post_init__: give one of them": TA + "test_benchmark_flags_advice",

@@ -97,6 +97,7 @@ ATTN_IMPL = TEST_DEFAULTS_TRAINING + "test_attn_impl_default_is_the_saved_method
 TOKEN = TEST_DEFAULTS_TRAINING + "test_token_default_is_the_one_hf_auth_login_stored"
 MAX_SEQ_LENGTH = TEST_DEFAULTS_TRAINING + "test_max_seq_length_default_is_the_tokenizer_limit_capped_by_the_position_table"
 TEXT_COLUMN = TEST_DEFAULTS_TRAINING + "test_text_column_default_is_text"
+SPLIT_PERCENTAGE = TEST_DEFAULTS_TRAINING + "test_validation_split_percentage_default_carves_the_percentage_its_help_states"
 QUALITY = TEST_DEFAULTS_TOOLS + "test_quality_default_is_the_error_study_of_every_method_on_minilm"
 EXPORT = TEST_DEFAULTS_TOOLS + "test_export_without_its_optional_flags_does_what_their_help_says"
 ENCODE_MAX_LENGTH = TEST_DEFAULTS_TOOLS + "test_encode_max_length_defaults_to_the_recorded_one_else_the_position_table"
@@ -134,6 +135,7 @@ DEFAULT_TESTS: dict[str, dict[str, str]] = {
         "token": TOKEN,
         "max_seq_length": MAX_SEQ_LENGTH,
         "text_column_name": TEXT_COLUMN,
+        "validation_split_percentage": SPLIT_PERCENTAGE,
         "head_warmup_steps": TEST_DEFAULTS_TRAINING + "test_comparison_head_warmup_default_follows_whether_the_head_is_new",
         "(mode) default": TEST_DEFAULTS_TRAINING + "test_comparison_default_data_is_gensims_wikipedia_last_8_held_out",
     },
@@ -167,7 +169,13 @@ DEFAULT_TESTS: dict[str, dict[str, str]] = {
     "prepare_glue_sample": {},
     "prepare_wikihop": {},
     "prepare_wikipedia": {},
-    "pretrain_mlm": {"attn_impl": ATTN_IMPL, "token": TOKEN, "max_seq_length": MAX_SEQ_LENGTH, "text_column_name": TEXT_COLUMN},
+    "pretrain_mlm": {
+        "attn_impl": ATTN_IMPL,
+        "token": TOKEN,
+        "max_seq_length": MAX_SEQ_LENGTH,
+        "text_column_name": TEXT_COLUMN,
+        "validation_split_percentage": SPLIT_PERCENTAGE,
+    },
     "push_to_hub": {
         "base_model": "tests/test_provenance.py::test_push_with_only_the_folder_the_repo_and_the_dry_run",
         "license": "tests/test_provenance.py::test_push_with_only_the_folder_the_repo_and_the_dry_run",

@@ -88,11 +88,14 @@ def parsed_dataclasses(script: str) -> list[type]:
 
 
 def training_flags_read() -> set[str]:
-    """The TrainingArguments fields the package reads itself."""
+    """The TrainingArguments fields the package reads itself (``training_args.<name>``, and the flags a
+    comparison decides for each run itself, which it reads by name)."""
     from transformers import TrainingArguments
 
+    from hf_efficient_attn.tasks.mlm.compare import DECIDED_FLAGS
+
     fields = {f.name for f in dataclasses.fields(TrainingArguments)}
-    read = set()
+    read = set(DECIDED_FLAGS)
     for root, _, files in os.walk(os.path.join(REPO, "hf_efficient_attn")):
         for name in files:
             if name.endswith(".py"):
@@ -210,6 +213,26 @@ TRAINING_FLAG_TESTS = {
     "disable_tqdm": TEST_FLAGS_MODEL_TRAINING + "test_training_flags_reach_the_trainer",
     "label_smoothing_factor": TEST_FLAGS_MODEL_TRAINING + "test_run_flags_are_read_before_loading",
     "prediction_loss_only": TEST_FLAGS_MODEL_TRAINING + "test_run_flags_are_read_before_loading",
+    "batch_eval_metrics": TEST_FLAGS_MODEL_TRAINING + "test_run_flags_are_read_before_loading",
+    **{
+        flag: TEST_FLAGS_MODEL_TRAINING + "test_training_flags_reach_the_trainer"
+        for flag in (
+            "eval_strategy",
+            "save_strategy",
+            "save_steps",
+            "eval_on_start",
+            "optim",
+            "optim_args",
+            "weight_decay",
+            "adam_beta1",
+            "adam_beta2",
+            "adam_epsilon",
+            "max_grad_norm",
+            "lr_scheduler_type",
+            "lr_scheduler_kwargs",
+            "warmup_steps",
+        )
+    },  # fmt: skip
 }
 #: The data flags (DataArguments) of the four training scripts, read by shared code.
 DATA_FLAG_TESTS = {
@@ -263,6 +286,11 @@ FLAG_TESTS: dict[str, dict[str, str]] = {
         **DATA_FLAG_TESTS,
         **MLM_DATA_FLAG_TESTS,
         "attn_impl": TEST_FLAGS_MODEL_TRAINING + "test_run_flags_are_read_before_loading",
+        # the schedule every method's run follows: refused
+        **{
+            flag: TEST_FLAGS_MODEL_TRAINING + "test_run_flags_are_read_before_loading"
+            for flag in ("num_train_epochs", "eval_strategy", "save_strategy", "save_steps", "eval_on_start")
+        },
         "methods": TEST_FLAGS_DATA + "test_comparison_stages_follow_methods_and_head_warmup_flags",
         "head_warmup_steps": TEST_FLAGS_DATA + "test_comparison_stages_follow_methods_and_head_warmup_flags",
         "head_warmup_learning_rate": TEST_FLAGS_DATA + "test_comparison_stages_follow_methods_and_head_warmup_flags",

@@ -71,9 +71,11 @@ def recorded_settings() -> list[str]:
 
 
 TEST_RERUNS = "tests/test_reruns_refused.py::"
-COMPARISON_KEYS = ("model_name_or_path", "max_seq_length", "data", "max_train_samples", "max_eval_samples", "max_steps",
-                   "num_train_epochs", "batch", "learning_rate", "seed", "data_seed", "eval_mask_seed", "mlm_probability",
-                   "line_by_line", "eval_steps", "head_warmup")  # fmt: skip
+COMPARISON_KEYS = ("model_name_or_path", "max_seq_length", "data", "dataset_config_name", "text_column_name",
+                   "validation_split_percentage", "max_train_samples", "max_eval_samples", "max_steps", "batch",
+                   "learning_rate", "seed", "data_seed", "eval_mask_seed", "mlm_probability", "line_by_line", "eval_steps",
+                   "head_warmup", "optim", "optim_args", "weight_decay", "adam_beta1", "adam_beta2", "adam_epsilon",
+                   "max_grad_norm", "lr_scheduler_type", "lr_scheduler_kwargs", "warmup_steps")  # fmt: skip
 METHOD_FOLDER = {
     "attn_impl": TEST_RERUNS + "test_a_comparison_rerun_into_another_methods_folder_is_refused",
     "attn_config": TEST_RERUNS + "test_a_comparison_rerun_with_other_method_options_is_refused",

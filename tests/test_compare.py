@@ -12,6 +12,7 @@ import transformers as T
 from safetensors.torch import load_file
 from training_fixtures import small_tokenizer, tiny_config, write_news_files
 
+from hf_efficient_attn.tasks.mlm import compare
 from hf_efficient_attn.tasks.mlm.compare import DONE_MARKER, START_WEIGHTS, main, read_json, tensor_hashes
 from hf_efficient_attn.tasks.mlm.compare_report import read_rows, recommendation
 from hf_efficient_attn.utils.cli_errors import run_cli
@@ -39,7 +40,7 @@ def arguments(workspace, output_dir, *extra):
         "--eval_steps", str(EVERY), "--head_warmup_steps", "2", "--per_device_train_batch_size", "4",
         "--per_device_eval_batch_size", "8", "--max_eval_samples", "8", "--learning_rate", "5e-3",
         "--save_total_limit", "2", "--output_dir", str(output_dir), "--report_to", "none",
-        "--disable_tqdm", "true", "--seed", "7",
+        "--disable_tqdm", "true", "--seed", "7", *extra,
     ]  # fmt: skip
 
 
@@ -147,6 +148,67 @@ def test_bad_flags_are_one_line_errors(workspace, tmp_path, capsys, extra, messa
     error = capsys.readouterr().err.strip()
     assert error.startswith("error: ") and "\n" not in error and message in error
     assert not (tmp_path / "out" / "softmax").exists()  # refused before anything ran
+
+
+class FirstStage(Exception):
+    """Raised with the first stage a comparison would run (:func:`first_stage`)."""
+
+    def __init__(self, stage):
+        super().__init__(stage.name)
+        self.stage = stage
+
+
+def first_stage(monkeypatch, argv):
+    """The first stage (warm-up or method) compare_methods.py would run with ``argv``; no data are read."""
+    monkeypatch.setattr(compare, "masked_datasets", lambda *args: ([], []))
+    monkeypatch.setattr(compare, "run_or_skip", lambda stage, description: (_ for _ in ()).throw(FirstStage(stage)))
+    with pytest.raises(FirstStage) as caught:
+        main(argv)
+    return caught.value.stage
+
+
+@pytest.mark.parametrize("flag, value", [("--eval_strategy", "epoch"), ("--save_strategy", "no"), ("--save_steps", "3"),
+                                         ("--eval_on_start", "true")])  # fmt: skip
+def test_the_schedule_a_comparison_decides_is_refused_and_eval_steps_chooses_it(workspace, tmp_path, monkeypatch, capsys,
+                                                                                  flag, value):  # fmt: skip
+    """Each method's run evaluates at step 0, then evaluates and saves every --eval_steps steps: a flag that
+    would change that schedule is refused in one line before anything runs; its advice, --eval_steps N,
+    is the schedule of every method's run."""
+    argv = arguments(workspace, tmp_path / "out", "--head_warmup_steps", "0")
+    with pytest.raises(SystemExit):
+        run_cli(main, [*argv, flag, value])
+    assert capsys.readouterr().err == (
+        f"error: {flag} does not apply to a comparison: every method evaluates at step 0, then evaluates and saves a "
+        "checkpoint every --eval_steps steps; give --eval_steps N to choose how often\n"
+    )
+    assert not (tmp_path / "out" / "softmax").exists()
+    args = first_stage(monkeypatch, [*argv, "--eval_steps", "3"]).training_args
+    assert (args.eval_strategy, args.eval_steps, args.eval_on_start, args.save_strategy, args.save_steps) == (
+        "steps",
+        3,
+        True,
+        "steps",
+        3,
+    )
+
+
+def test_validation_split_percentage_is_refused_with_the_default_data(workspace, tmp_path, monkeypatch, capsys):
+    """Without data flags a comparison holds out the last 8 articles of its default data for validation:
+    --validation_split_percentage, with nothing to carve, is refused before any data are read or written;
+    its advice, leaving it out, goes on with the default data's validation file."""
+    argv = arguments(workspace, tmp_path / "out", "--head_warmup_steps", "0")
+    for flag in ("--train_file", "--validation_file"):
+        at = argv.index(flag)
+        del argv[at : at + 2]
+    with pytest.raises(SystemExit):
+        run_cli(main, [*argv, "--validation_split_percentage", "10"])
+    assert capsys.readouterr().err.endswith("and these have one (the default data hold out their last 8 articles); leave "
+                                            "it out\n")  # fmt: skip
+    assert not (tmp_path / "out").exists()
+    stage = first_stage(monkeypatch, argv)
+    assert stage.data_args.validation_file == str(tmp_path / "out" / "data" / "validation.jsonl")
+    with open(stage.data_args.validation_file) as f:
+        assert sum(1 for _ in f) == 8
 
 
 def test_help_lists_the_flags_a_comparison_takes(capsys):

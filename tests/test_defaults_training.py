@@ -113,6 +113,30 @@ def test_text_column_default_is_text(script, workspace, tmp_path, monkeypatch): 
     assert list(trainer.train_dataset.examples["input_ids"]) == expected
 
 
+@pytest.mark.parametrize("script", ["compare_methods", "pretrain_mlm"])
+def test_validation_split_percentage_default_carves_the_percentage_its_help_states(
+    script,
+    workspace,  # noqa: F811
+    tmp_path,
+    monkeypatch,
+):
+    """Training data without a validation split: the percentage the help states of the first rows (here the
+    lines) is the validation set, the rest trains."""
+    statement = help_statement(script, "validation_split_percentage")
+    percentage = int(statement.removesuffix("."))
+    argv = script_args(script, workspace, tmp_path / "out", "--do_train", "--do_eval", "--line_by_line")
+    at = argv.index("--validation_file")
+    del argv[at : at + 2]
+    trainer = run_until_trainer(script, ["--model_name_or_path", workspace["model"], *argv], monkeypatch).trainer
+    with open(workspace["train"]) as f:
+        texts = [line.strip() for line in f if line.strip()]
+    carved = round(len(texts) * percentage / 100)
+    assert 0 < carved < len(texts)
+    encoded = small_tokenizer()(texts, truncation=True, max_length=64)["input_ids"]
+    assert list(trainer.eval_dataset.examples["input_ids"]) == encoded[:carved]
+    assert list(trainer.train_dataset.examples["input_ids"]) == encoded[carved:]
+
+
 def test_glue_without_a_task_takes_its_classes_and_metric_from_the_data(workspace, tmp_path, monkeypatch):  # noqa: F811
     """The columns themselves: tests/test_cli_help.py::test_the_glue_column_advice_works."""
     from glue_fixtures import write_rows

@@ -11,6 +11,7 @@ process."""
 
 import json
 import os
+import re
 
 import datasets
 import pytest
@@ -360,6 +361,35 @@ def test_masked_lm_data_flags_shape_the_masked_sets(workspaces, monkeypatch, tmp
         return [drawn[i]["labels"].tolist() for i in range(len(drawn))]
 
     assert [evaluation[i]["labels"].tolist() for i in range(len(evaluation))] == validation_masks(5) != validation_masks(0)
+
+
+@pytest.mark.parametrize("split", ["file", "hub"])
+@pytest.mark.parametrize("script", MLM_SCRIPTS)
+def test_validation_split_percentage_is_refused_where_the_data_have_a_validation_split(
+    workspaces, monkeypatch, tmp_path, script, split
+):
+    """--validation_split_percentage carves a validation split only out of data without one: beside a
+    --validation_file it is refused as the flags are read, with a Hub dataset that has a validation split
+    once that is loaded (a comparison then records no settings), naming the split. Its advice, leaving it
+    out, evaluates on that split."""
+    mlm = workspaces["mlm"]
+    texts = lines(mlm["train"])[:24]
+    if split == "file":
+        data, validation, where = ["--validation_file", mlm["validation"]], lines(mlm["validation"]), mlm["validation"]
+        data += ["--train_file", mlm["train"]]
+    else:
+        fake_hub(monkeypatch, DatasetDict(train=Dataset.from_dict({"text": texts[:18]}),
+                                          validation=Dataset.from_dict({"text": texts[18:]})))  # fmt: skip
+        data, validation, where = ["--dataset_name", "someone/news"], texts[18:], "the validation split of someone/news"
+    arguments = (compare_arguments if script == "compare_methods" else mlm_arguments)(
+        mlm, tmp_path, *data, "--line_by_line", "--max_seq_length", "64"
+    )
+    message = rf"^--validation_split_percentage has no effect here: .* and these have one \({re.escape(where)}\); leave it out$"
+    with pytest.raises(ValueError, match=message):
+        captured(monkeypatch, SCRIPTS[script], [*arguments, "--validation_split_percentage", "10"])
+    assert not (tmp_path / compare.SETTINGS_FILE).exists()
+    trainer = captured(monkeypatch, SCRIPTS[script], arguments)
+    assert example_ids(trainer["eval_dataset"]) == small_tokenizer()(validation, truncation=True, max_length=64)["input_ids"]
 
 
 # ---- GLUE ---------------------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ The Hub flags are checked on a Hub cache written here (offline): ``--model_revis
 the config, the tokenizer and the weights of that revision, not of ``main``.
 """
 
+import json
 import logging
 import os
 import shutil
@@ -237,10 +238,15 @@ def test_tokenizer_name_encodes_the_data(workspace, tmp_path, monkeypatch):
     assert marker in trainer.train_dataset.examples["input_ids"][0]
 
 
-#: TrainingArguments values that the scripts must hand on, unchanged, to the Trainer that trains.
+#: TrainingArguments values that the scripts must hand on, unchanged, to the Trainer that trains (compare_methods
+#: refuses those it decides for every method itself: compare.DECIDED_FLAGS).
 HANDED_ON = {"per_device_train_batch_size": 3, "num_train_epochs": 2.0, "max_steps": 5, "learning_rate": 3e-4,
              "gradient_accumulation_steps": 2, "bf16": True, "eval_steps": 3, "save_total_limit": 2, "seed": 11,
-             "data_seed": 13, "dataloader_num_workers": 1, "log_level": "info", "disable_tqdm": True}  # fmt: skip
+             "data_seed": 13, "dataloader_num_workers": 1, "log_level": "info", "disable_tqdm": True,
+             "eval_strategy": "steps", "save_strategy": "epoch", "save_steps": 7, "eval_on_start": True,
+             "optim": "adamw_torch", "optim_args": "foreach=false", "weight_decay": 0.01, "adam_beta1": 0.8,
+             "adam_beta2": 0.99, "adam_epsilon": 1e-6, "max_grad_norm": 0.5, "lr_scheduler_type": "cosine",
+             "lr_scheduler_kwargs": {"num_cycles": 2}, "warmup_steps": 2}  # fmt: skip
 
 
 @pytest.mark.parametrize("script", TRAINING)
@@ -250,7 +256,10 @@ def test_training_flags_reach_the_trainer(script, workspace, tmp_path, monkeypat
     --resume_from_checkpoint is what training resumes from; GLUE pads to multiples of 8 under bf16;
     --log_level info sets Transformers' and datasets' logging to info (default: their warnings, as
     tests/test_run_output.py checks) and --disable_tqdm turns their progress bars off too."""
-    flags = [arg for name, value in HANDED_ON.items() for arg in (f"--{name}", str(value).lower())]
+    decided = compare.DECIDED_FLAGS if script == "compare_methods" else {}
+    handed_on = {name: value for name, value in HANDED_ON.items() if name not in decided}
+    flags = [arg for name, value in handed_on.items()
+             for arg in (f"--{name}", json.dumps(value) if isinstance(value, dict) else str(value).lower())]  # fmt: skip
     flags += ["--use_cpu", "--model_name_or_path", workspace["model"]]
     checkpoint = tmp_path / "elsewhere" / "checkpoint-3"
     if script != "compare_methods":
@@ -269,7 +278,7 @@ def test_training_flags_reach_the_trainer(script, workspace, tmp_path, monkeypat
 
     args = stopped.trainer.args
     assert stopped.stage == "train" and stopped.trainer.eval_dataset is not None
-    assert {name: getattr(args, name) for name in HANDED_ON} == HANDED_ON
+    assert {name: getattr(args, name) for name in handed_on} == handed_on
     if script == "compare_methods":
         assert args.output_dir == str(tmp_path / "out" / "mra2") and args.do_train and args.do_eval
     else:
@@ -321,6 +330,17 @@ def test_do_flags_choose_the_stages(script, flags, stage, workspace, tmp_path, m
           for script in TRAINING],
         *[(script, ["--do_train", "--prediction_loss_only", "true"], "--prediction_loss_only would drop the predictions")
           for script in TRAINING],
+        *[(script, ["--do_train", "--batch_eval_metrics", "true"], "--batch_eval_metrics would score each evaluation "
+           "batch on its own") for script in TRAINING],
+        *[("compare_methods", [flag, value], f"{flag} does not apply to a comparison: every method evaluates at step 0, "
+           "then evaluates and saves a checkpoint every --eval_steps steps")
+          for flag, value in (("--eval_strategy", "steps"), ("--save_strategy", "no"), ("--save_steps", "3"),
+                              ("--eval_on_start", "true"))],
+        ("compare_methods", ["--num_train_epochs", "2"], "--num_train_epochs does not apply to a comparison: every method "
+         "trains --max_steps steps$"),
+        *[(script, ["--do_train", "--validation_split_percentage", "10"], "--validation_split_percentage has no effect "
+           "here: .* and these have one \\(.*validation.txt\\); leave it out$")
+          for script in ("pretrain_mlm", "compare_methods")],
     ],
 )  # fmt: skip
 def test_run_flags_are_read_before_loading(script, flags, message, workspace, tmp_path, monkeypatch):
@@ -328,7 +348,10 @@ def test_run_flags_are_read_before_loading(script, flags, message, workspace, tm
     changing between epochs), --do_predict where there is no prediction, compare_methods' explicit
     --resume_from_checkpoint (each method resumes from its own folder) and --attn_impl (it compares
     --methods), --label_smoothing_factor (Trainer skips its smoother when a script gives its own
-    loss) and --prediction_loss_only (the scripts score predictions) are refused before any load."""
+    loss), --prediction_loss_only (the scripts score predictions) and --batch_eval_metrics (they score
+    the whole set at once) are refused before any load; so are the flags compare_methods decides for
+    every method itself (the evaluation and saving schedule, the epochs), and a
+    --validation_split_percentage beside a --validation_file (nothing to carve)."""
     monkeypatch.setattr(T.integrations, "is_tensorboard_available", lambda: False)
     for module in (pretrain, glue, wikihop, compare):
         monkeypatch.setattr(module, "load_config", lambda *a, **k: pytest.fail("a model was loaded before the check"))
@@ -336,6 +359,19 @@ def test_run_flags_are_read_before_loading(script, flags, message, workspace, tm
     argv = script_args(script, workspace, tmp_path / "out", "--model_name_or_path", workspace["model"], *flags)
     with pytest.raises(ValueError, match=message):
         MAINS[script](argv)
+
+
+def test_batch_eval_metrics_advice_leaving_it_out_scores_the_whole_set(workspace, tmp_path):
+    """--batch_eval_metrics is refused (Trainer would call the metrics once per batch, which the scripts'
+    metrics, taking the whole set, do not support); its advice, leaving it out, evaluates and writes the
+    masked-token accuracy of the whole set."""
+    argv = script_args("pretrain_mlm", workspace, tmp_path, "--model_name_or_path", workspace["model"], "--do_eval")
+    message = "--batch_eval_metrics would score each evaluation batch on its own, .*; leave it out$"
+    with pytest.raises(ValueError, match=message):
+        pretrain.main([*argv, "--batch_eval_metrics", "true"])
+    metrics = pretrain.main(argv)
+    assert 0 <= metrics["eval_accuracy"] <= 1 and metrics["eval_samples"] > 1
+    assert (tmp_path / "eval_results.json").is_file()
 
 
 @pytest.mark.parametrize("script", TRAINING)

@@ -54,15 +54,18 @@ def compared(workspace):
     return out
 
 
-#: Each recorded setting of a comparison, changed by the flags that set it (the first run: test_compare.arguments).
+#: Each recorded setting of a comparison, changed by the flags that set it (the first run: test_compare.arguments,
+#: with the data of FIRST_RUN_DATA where the setting needs other data).
 COMPARISON_CHANGES = {
     "model_name_or_path": lambda ws: ["--model_name_or_path", str(ws["root"] / "encoder-copy")],
     "max_seq_length": lambda ws: ["--max_seq_length", "32"],
     "data": lambda ws: ["--validation_file", ws["train"]],
+    "dataset_config_name": lambda ws: ["--dataset_config_name", "de"],
+    "text_column_name": lambda ws: ["--text_column_name", "body"],
+    "validation_split_percentage": lambda ws: ["--validation_split_percentage", "20"],
     "max_train_samples": lambda ws: ["--max_train_samples", "10"],
     "max_eval_samples": lambda ws: ["--max_eval_samples", "4"],
     "max_steps": lambda ws: ["--max_steps", "6"],
-    "num_train_epochs": lambda ws: ["--num_train_epochs", "2"],
     "batch": lambda ws: ["--gradient_accumulation_steps", "2"],
     "learning_rate": lambda ws: ["--learning_rate", "1e-3"],
     "seed": lambda ws: ["--seed", "8"],
@@ -72,7 +75,35 @@ COMPARISON_CHANGES = {
     "line_by_line": lambda ws: ["--line_by_line"],
     "eval_steps": lambda ws: ["--eval_steps", "1"],
     "head_warmup": lambda ws: ["--head_warmup_learning_rate", "1e-2"],
+    "optim": lambda ws: ["--optim", "adamw_torch"],
+    "optim_args": lambda ws: ["--optim_args", "foreach=False"],
+    "weight_decay": lambda ws: ["--weight_decay", "0.01"],
+    "adam_beta1": lambda ws: ["--adam_beta1", "0.8"],
+    "adam_beta2": lambda ws: ["--adam_beta2", "0.99"],
+    "adam_epsilon": lambda ws: ["--adam_epsilon", "1e-6"],
+    "max_grad_norm": lambda ws: ["--max_grad_norm", "0.5"],
+    "lr_scheduler_type": lambda ws: ["--lr_scheduler_type", "cosine"],
+    "lr_scheduler_kwargs": lambda ws: ["--lr_scheduler_kwargs", '{"num_cycles": 2}'],
+    "warmup_steps": lambda ws: ["--warmup_steps", "2"],
 }
+#: The data of a first run whose setting needs other data than test_compare.arguments' files: a Hub
+#: dataset's configuration (nothing is loaded: the stopped runs read no data), or training data without a
+#: validation file (a validation split is carved out).
+FIRST_RUN_DATA = {
+    "dataset_config_name": lambda ws: ["--dataset_name", "someone/news", "--dataset_config_name", "en"],
+    "validation_split_percentage": lambda ws: ["--train_file", ws["train"]],
+}
+
+
+def first_run(workspace, output_dir, setting):
+    """The arguments of the first comparison run of the test that changes ``setting``."""
+    argv = arguments(workspace, output_dir)
+    if setting not in FIRST_RUN_DATA:
+        return argv
+    for flag in ("--train_file", "--validation_file"):
+        at = argv.index(flag)
+        del argv[at : at + 2]
+    return argv + FIRST_RUN_DATA[setting](workspace)
 
 
 @pytest.mark.parametrize("setting", list(COMPARISON_CHANGES))
@@ -81,14 +112,24 @@ def test_a_comparison_rerun_with_another_setting_is_refused(workspace, compared,
     and both values, before anything is loaded or trained; the same command unchanged goes on."""
     shutil.copytree(workspace["model"], workspace["root"] / "encoder-copy", dirs_exist_ok=True)
     out = tmp_path / "out"
-    shutil.copytree(compared, out)
+    if setting in FIRST_RUN_DATA:
+        compare_until_training(monkeypatch, first_run(workspace, out, setting))
+    else:
+        shutil.copytree(compared, out)
     recorded = json.loads((out / compare.SETTINGS_FILE).read_text())
     stop_before_training(monkeypatch)
-    with pytest.raises(ValueError, match=rf"holds a comparison made with {setting} = .*; rerun it with the same settings"):
-        compare.main(arguments(workspace, out) + COMPARISON_CHANGES[setting](workspace))
+    with pytest.raises(ValueError) as refused:
+        compare.main(first_run(workspace, out, setting) + COMPARISON_CHANGES[setting](workspace))
     assert json.loads((out / compare.SETTINGS_FILE).read_text()) == recorded  # the record is left as it was
-    compare_until_training(monkeypatch, arguments(workspace, out))  # its advice: the same settings go on
-    compare_until_training(monkeypatch, arguments(workspace, tmp_path / "another") + COMPARISON_CHANGES[setting](workspace))
+    compare_until_training(monkeypatch, first_run(workspace, out, setting))  # its advice: the same settings go on
+    another = tmp_path / "another"
+    compare_until_training(monkeypatch, first_run(workspace, another, setting) + COMPARISON_CHANGES[setting](workspace))
+    changed = json.loads((another / compare.SETTINGS_FILE).read_text())[setting]
+    assert changed != recorded[setting]
+    assert str(refused.value) == (  # both values as the record holds them
+        f"--output_dir {str(out)!r} holds a comparison made with {setting} = {recorded[setting]!r}, not {changed!r}; "
+        "rerun it with the same settings, or give another --output_dir"
+    )
 
 
 @pytest.fixture

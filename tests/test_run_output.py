@@ -1,6 +1,7 @@
-"""What a run prints: a short training run prints what a user needs (progress, metrics, the summary and
-where the files went) in at most 40 lines, ``--log_level info`` everything Transformers' examples
-print; Ctrl-C is one line (and, in training, how rerunning resumes), exit status 130; masked-LM
+"""What a run prints: a short training run, and a short method comparison, print what a user needs
+(progress, metrics, the summary and where the files went) in at most 40 lines, ``--log_level info``
+everything Transformers' examples print; Ctrl-C is one line (and, in training, how rerunning resumes;
+in a comparison, from none of its processes a traceback), exit status 130; masked-LM
 pretraining says how much text did not fill a block; encode_onnx counts the texts it truncated; a Hub
 id that cannot be downloaded (offline mode, no network) is one error naming why and the way out.
 Each message's advice is taken and checked to work."""
@@ -8,6 +9,7 @@ Each message's advice is taken and checked to work."""
 from __future__ import annotations
 
 import logging
+import multiprocessing
 import os
 import shutil
 import subprocess
@@ -53,16 +55,30 @@ def mlm_arguments(files, output_dir, *extra):
 # ---- a short run's output ------------------------------------------------------------------------------
 
 
-def printed(arguments) -> list[str]:
-    """The lines (stdout and stderr) of ``scripts/pretrain_mlm.py arguments`` run as a user runs it."""
-    env = {**os.environ, "PYTHONPATH": REPO, "HF_HUB_OFFLINE": "1"}
+def compare_arguments(files, output_dir, *extra):
+    """A short compare_methods.py run on the news text: softmax and linformer, 32-token blocks."""
+    return ["--model_name_or_path", files["model"], "--methods", "softmax,linformer", "--train_file", files["train"],
+            "--validation_file", files["validation"], "--max_seq_length", "32", "--per_device_train_batch_size", "2",
+            "--max_eval_samples", "8", "--output_dir", str(output_dir), "--report_to", "none", *extra]  # fmt: skip
+
+
+def run_as_a_user(script, arguments, python_path=REPO, **env) -> tuple[int, list[str]]:
+    """Exit status and lines (stdout and stderr) of ``scripts/<script>.py arguments`` run as a user runs
+    it, in a process group of its own (what a terminal's Ctrl-C reaches); ``env`` added to the environment."""
+    env = {**os.environ, "PYTHONPATH": python_path, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", **env}
     for variable in ("TRANSFORMERS_VERBOSITY", "HF_DATASETS_DISABLE_PROGRESS_BARS", DEBUG_VARIABLE):
         env.pop(variable, None)
-    result = subprocess.run([sys.executable, "scripts/pretrain_mlm.py", *arguments], cwd=REPO, env=env,
+    result = subprocess.run([sys.executable, f"scripts/{script}.py", *arguments], cwd=REPO, env=env, start_new_session=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=600)  # fmt: skip
     output = result.stdout.decode()  # bytes: text mode would turn a progress bar's \r updates into lines
-    assert result.returncode == 0, output[-3000:]
-    return output.rstrip("\n").split("\n")
+    return result.returncode, output.rstrip("\n").split("\n")
+
+
+def printed(arguments, script="pretrain_mlm") -> list[str]:
+    """The lines of a run of ``script`` (:func:`run_as_a_user`) that succeeds."""
+    status, lines = run_as_a_user(script, arguments)
+    assert status == 0, "\n".join(lines)[-3000:]
+    return lines
 
 
 @pytest.mark.parametrize("log_level", [None, pytest.param("info", marks=pytest.mark.slow)])
@@ -84,6 +100,32 @@ def test_a_short_run_prints_what_a_user_needs(files, tmp_path, log_level):
         assert len(lines) > SHORT_OUTPUT and all(line in text for line in library_lines)
         # datasets' lines once per data file, not a second time through the root logger
         assert sum("Using custom data configuration" in line for line in lines) == 2
+
+
+@pytest.mark.parametrize("log_level", [None, pytest.param("info", marks=pytest.mark.slow)])
+def test_a_short_comparison_prints_what_a_user_needs(files, tmp_path, log_level):
+    """A comparison of two methods over 10 steps, evaluated and saved every step (its default: every
+    max_steps/10), prints for each method what it trains and where, its training bar and its closing
+    line, then where the results went: at most 40 lines, no line per evaluation or checkpoint and no
+    Trainer metrics block. --log_level info prints all that Trainer and the libraries print."""
+    out = tmp_path / "out"
+    level = ["--log_level", log_level] if log_level else []
+    lines = printed(compare_arguments(files, out, "--max_steps", "10", *level), script="compare_methods")
+    text = "\n".join(lines)
+    for method in ("softmax", "linformer"):
+        assert sum(line.startswith(f"{method}: training {method} ") and line.endswith(f" in {out / method}")
+                   for line in lines) == 1  # fmt: skip
+        assert sum(line.startswith(f"{method}: step 10, eval accuracy ") for line in lines) == 1
+    assert text.count("10/10 [") >= 2  # each method's training bar reached its end
+    assert sum("blocks of 32 tokens" in line for line in lines) == 2  # the data, said once: train and validation
+    assert lines[-1] == f"wrote results.csv, comparison.png and summary.md to {out}"
+    per_evaluation = ("'eval_loss'", "***** train metrics *****", "Writing model shards")
+    if log_level is None:
+        assert len(lines) <= SHORT_OUTPUT, text
+        assert not any(noise in text for noise in per_evaluation)
+    else:
+        assert len(lines) > SHORT_OUTPUT and all(noise in text for noise in per_evaluation)
+        assert text.count("'eval_loss'") == 2 * 11 and "loading configuration file" in text  # steps 0 to 10
 
 
 # ---- Ctrl-C --------------------------------------------------------------------------------------------
@@ -159,6 +201,115 @@ def test_ctrl_c_with_an_explicit_checkpoint_advises_leaving_the_flag_out(files, 
     caplog.set_level(logging.WARNING, logger="hf_efficient_attn.tasks")
     pretrain.main(arguments[:-2])
     assert f"resuming from {out / 'checkpoint-4'}" in caplog.text
+
+
+#: Put on PYTHONPATH as sitecustomize.py, imported by every Python process started with it (a comparison's
+#: method processes too): Ctrl-C, that is SIGINT to the process group (as a terminal sends it) or, with
+#: CTRL_C_TO=self, to the method's process alone, at the end of step N of the stage STAGE (CTRL_C_AT=STAGE:N).
+CTRL_C_HOOK = """
+import os
+import signal
+
+from transformers import TrainerCallback
+
+from hf_efficient_attn.tasks.common import trainer
+
+STAGE, STEP = os.environ["CTRL_C_AT"].split(":")
+
+
+class CtrlC(TrainerCallback):
+    def on_step_end(self, args, state, control, **kwargs):
+        if os.path.basename(args.output_dir) == STAGE and state.global_step == int(STEP):
+            if os.environ.get("CTRL_C_TO") == "self":
+                os.kill(os.getpid(), signal.SIGINT)
+            else:
+                os.killpg(os.getpgrp(), signal.SIGINT)
+
+
+class WithCtrlC(trainer.CrashSafeTrainer):
+    def __init__(self, *args, callbacks=None, **kwargs):
+        super().__init__(*args, callbacks=[*(callbacks or []), CtrlC()], **kwargs)
+
+
+trainer.CrashSafeTrainer = WithCtrlC
+"""
+
+
+@pytest.mark.slow  # three processes start, twice
+@pytest.mark.parametrize("sent_to", ["group", "self"])
+def test_ctrl_c_in_a_comparison_is_one_line_and_rerunning_resumes(files, tmp_path, capsys, caplog, monkeypatch, sent_to):
+    """Ctrl-C at step 3 of linformer, the second method (each saves every 2 steps), reaching both processes
+    (or the method's alone): no traceback from either, one line saying what rerunning does, exit status
+    130. Rerunning the same command, as it says, skips softmax and resumes linformer from checkpoint-2.
+    (The default tier: test_ctrl_c_ends_a_comparisons_method_process_quietly and the next test.)"""
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(CTRL_C_HOOK)
+    out = tmp_path / "out"
+    arguments = compare_arguments(files, out, "--max_steps", "4", "--eval_steps", "2")
+    status, lines = run_as_a_user("compare_methods", arguments, python_path=f"{hook}{os.pathsep}{REPO}",
+                                  CTRL_C_AT="linformer:3", CTRL_C_TO=sent_to)  # fmt: skip
+    text = "\n".join(lines)
+    assert status == INTERRUPTED_STATUS and "Traceback" not in text and "softmax: step 4" in text, text
+    checkpoint = out / "linformer" / "checkpoint-2"
+    assert lines[-1] == (
+        f"interrupted: rerun the same command: finished methods are skipped and linformer resumes from {checkpoint}, "
+        "its last complete checkpoint"
+    )
+
+    caplog.set_level(logging.WARNING, logger="hf_efficient_attn.tasks")
+    monkeypatch.setattr(compare, "run_in_own_process", compare.run_stage)  # the stages in this process
+    rows = compare.main(arguments)
+    assert f"softmax: finished before, skipped ({out / 'softmax'})" in capsys.readouterr().out
+    assert f"resuming from {checkpoint}, the last complete checkpoint" in caplog.text
+    assert [(row["method"], row["step"]) for row in rows] == [(method, step) for method in ("softmax", "linformer")
+                                                              for step in (0, 2, 4)]  # fmt: skip
+
+
+def test_ctrl_c_ends_a_comparisons_method_process_quietly(monkeypatch):
+    """In a method's process, Ctrl-C ends the process with exit status 130, sending nothing to the parent
+    (which, interrupted too, says it in one line): by SystemExit, with which multiprocessing ends a
+    process without printing a traceback as it does for any other exception."""
+
+    def interrupted_stage(stage):
+        raise KeyboardInterrupt("rerun the same command to resume from checkpoint-2")
+
+    monkeypatch.setattr(compare, "run_stage", interrupted_stage)
+    receiver, sender = multiprocessing.Pipe(duplex=False)
+    try:
+        compare._stage_process(sender, None)
+    except SystemExit as exit_info:
+        assert exit_info.code == INTERRUPTED_STATUS and not receiver.poll()
+    except KeyboardInterrupt:
+        pytest.fail("Ctrl-C got out of the method's process: multiprocessing prints a traceback for it")
+    else:
+        pytest.fail("the method's process ended as if it had finished")
+
+
+def test_ctrl_c_before_a_methods_first_checkpoint_says_it_starts_again(files, tmp_path, capsys, monkeypatch):
+    """Ctrl-C at step 1 of linformer, before its first checkpoint (step 2): the line says that rerunning
+    skips the finished softmax and starts linformer again; so rerun, linformer trains from step 0 to the end."""
+    out = tmp_path / "out"
+    arguments = compare_arguments(files, out, "--max_steps", "2", "--eval_steps", "2")
+    monkeypatch.setattr(compare, "run_in_own_process", compare.run_stage)  # the stages in this process
+    trainer = compare.mlm_trainer
+
+    def with_ctrl_c(model, training_args, *args, **kwargs):
+        built = trainer(model, training_args, *args, **kwargs)
+        if os.path.basename(training_args.output_dir) == "linformer":
+            built.add_callback(CtrlC(1))
+        return built
+
+    with monkeypatch.context() as interrupting:
+        interrupting.setattr(compare, "mlm_trainer", with_ctrl_c)
+        assert exit_status(compare.main, arguments) == INTERRUPTED_STATUS
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"interrupted: rerun the same command: finished methods are skipped and linformer starts again "
+        f"({out / 'linformer'} holds no complete checkpoint yet)"
+    )
+    rows = compare.main(arguments)
+    assert "softmax: finished before, skipped" in capsys.readouterr().out
+    assert [row["step"] for row in rows if row["method"] == "linformer"] == [0, 2]
 
 
 def test_ctrl_c_outside_training_is_one_line(files, tmp_path, capsys, monkeypatch):

@@ -128,6 +128,23 @@ def test_trainer_options_on_cpu(workspace, tmp_path):
     assert len([e for e in read(out, "trainer_state.json")["log_history"] if "eval_loss" in e]) == 1
 
 
+def test_do_predict_advice_evaluating_on_a_file_writes_its_predictions(workspace, tmp_path):
+    """--do_predict is refused before anything is loaded (WikiHop's test answers are hidden); its advice,
+    --do_eval on a file, writes predictions.json: one of the candidates of each of the file's examples."""
+    message = (
+        "--do_predict is not supported: WikiHop's test answers are hidden; use --do_eval on a file instead: it writes "
+        "predictions.json for its examples"
+    )
+    with pytest.raises(ValueError, match=f"^{message}$"):
+        run(workspace, tmp_path / "refused", "--do_predict")
+    assert not (tmp_path / "refused").exists()
+    run(workspace, tmp_path / "out", "--do_eval")
+    with open(workspace["dev"]) as f:
+        dev = json.load(f)
+    predictions = read(tmp_path / "out", "predictions.json")
+    assert list(predictions) == [e["id"] for e in dev] and all(predictions[e["id"]] in e["candidates"] for e in dev)
+
+
 def test_command_line_errors(workspace, tmp_path):
     with pytest.raises(ValueError, match="--do_predict is not supported"):
         run(workspace, tmp_path, "--do_predict")

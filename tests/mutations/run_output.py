@@ -1,4 +1,5 @@
-"""Mutations of shared flags in every script, what a run prints, interruptions and offline messages."""
+"""Mutations of shared flags in every script, what a run prints (a comparison's too), interruptions, the flags
+and settings a comparison decides or records, and offline messages."""
 
 from .base import Mutation, P, T
 
@@ -83,6 +84,174 @@ MUTATIONS: list[Mutation] = [
         "    except ZeroDivisionError as interrupt:",
         (T + "test_run_output.py::-k ctrl_c_outside",),
         "Ctrl-C prints a traceback",
+    ),
+    # ---- the method comparison: what it prints, Ctrl-C, flags it decides, settings it records ----------------
+    Mutation(
+        P + "tasks/mlm/compare.py",
+        "    if quiet and trainer.pop_callback(ProgressCallback) is not None:",
+        "    if False:",
+        (T + "test_run_output.py::-k short_comparison and None",),
+        "a comparison prints every evaluation's metrics and bar (about 100 lines more for 2 methods x 10 steps)",
+    ),
+    Mutation(
+        P + "tasks/mlm/compare.py",
+        "    train_and_save(trainer, checkpoint, len(train_set), show_metrics=not quiet)",
+        "    train_and_save(trainer, checkpoint, len(train_set))",
+        (T + "test_run_output.py::-k short_comparison and None",),
+        "each method of a comparison prints Trainer's block of training metrics",
+    ),
+    Mutation(
+        P + "tasks/mlm/compare.py",
+        "        transformers.utils.logging.disable_progress_bar()  # loading the weights, saving them at every checkpoint\n",
+        "",
+        (T + "test_run_output.py::-k short_comparison and None",),
+        "each checkpoint of a comparison's method draws a bar of its own",
+    ),
+    Mutation(
+        P + "tasks/mlm/compare.py",
+        "        logger.setLevel(logging.WARNING)  # what the data are, the parent has said\n",
+        "",
+        (T + "test_run_output.py::-k short_comparison and None",),
+        "each method's process of a comparison says again what the data are",
+    ),
+    Mutation(
+        P + "tasks/mlm/compare.py",
+        "    return training_args.get_process_log_level() <= logging.INFO",
+        "    return False",
+        (T + "test_run_output.py::-k short_comparison and info",),
+        "a comparison with --log_level info hides Trainer's evaluations and the libraries' lines",
+        slow=True,
+    ),
+    Mutation(
+        P + "tasks/mlm/compare.py",
+        "        raise SystemExit(INTERRUPTED_STATUS) from None  # multiprocessing prints no traceback for SystemExit",
+        "        raise",
+        (T + "test_run_output.py::-k method_process_quietly",),
+        "Ctrl-C in a comparison: the method's process prints multiprocessing's traceback",
+    ),
+    Mutation(
+        P + "tasks/mlm/compare.py",
+        "        raise KeyboardInterrupt(rerun_advice(stage)) from None",
+        "        raise",
+        (T + "test_run_output.py::-k starts_again",),
+        "Ctrl-C in a comparison does not say what rerunning does",
+    ),
+    Mutation(
+        P + "tasks/mlm/compare.py",
+        "    if last is None:\n",
+        "    if False:\n",
+        (T + "test_run_output.py::-k starts_again",),
+        "Ctrl-C before a method's first checkpoint: 'resumes from None'",
+    ),
+    Mutation(
+        P + "tasks/mlm/compare.py",
+        '    return f"{rerun} resumes from {last}, its last complete checkpoint"',
+        '    return f"{rerun} starts again"',
+        (T + "test_run_output.py::-k ctrl_c_in_a_comparison and group",),
+        "Ctrl-C after a method's checkpoint: the line says it starts again, though rerunning resumes",
+        slow=True,
+    ),
+    Mutation(
+        P + "tasks/mlm/compare.py",
+        "    if process.exitcode == INTERRUPTED_STATUS:\n        raise KeyboardInterrupt\n",
+        "",
+        (T + "test_run_output.py::-k ctrl_c_in_a_comparison and self",),
+        "SIGINT to a method's process alone: the parent raises a RuntimeError with its traceback",
+        slow=True,
+    ),
+    Mutation(
+        P + "tasks/mlm/compare.py",
+        "        if getattr(training_args, flag) != defaults[flag]:",
+        "        if False:",
+        (T + "test_compare.py::-k schedule_a_comparison_decides",),
+        "--eval_strategy, --save_strategy, --save_steps, --eval_on_start silently overridden in a comparison",
+    ),
+    Mutation(
+        P + "tasks/mlm/compare.py",
+        '    "num_train_epochs": "every method trains --max_steps steps",\n',
+        "",
+        (T + "test_flags_model_training.py::-k run_flags_are_read_before_loading and compare",),
+        "--num_train_epochs silently ignored by a comparison (every method trains --max_steps)",
+    ),
+    Mutation(
+        P + "tasks/mlm/compare.py",
+        "    return dataclasses.replace(training_args, output_dir=folder, **changes)",
+        "    return dataclasses.replace(training_args, output_dir=folder, weight_decay=0.0, **changes)",
+        (T + "test_flags_model_training.py::-k training_flags_reach and compare",),
+        "a comparison's method runs drop --weight_decay",
+    ),
+    Mutation(
+        P + "tasks/mlm/compare.py",
+        '"weight_decay": training_args.weight_decay, ',
+        "",
+        (T + "test_reruns_refused.py::-k another_setting and weight_decay",),
+        "a comparison rerun with another --weight_decay goes on, mixing two runs",
+    ),
+    Mutation(
+        P + "tasks/mlm/compare.py",
+        '"dataset_config_name": data_args.dataset_config_name, ',
+        "",
+        (T + "test_reruns_refused.py::-k another_setting and dataset_config_name",),
+        "a comparison rerun with another --dataset_config_name goes on, mixing two runs",
+    ),
+    Mutation(
+        P + "tasks/mlm/compare.py",
+        "    settings = json.loads(json.dumps(settings))  # as the record holds them: enums as their names, tuples as lists\n",
+        "",
+        (T + "test_reruns_refused.py::-k another_setting and lr_scheduler_type",),
+        "a rerun's refusal shows the new value as an enum's repr (<SchedulerType.COSINE: 'cosine'>)",
+    ),
+    Mutation(
+        P + "tasks/mlm/compare.py",
+        "    train_set, eval_set = masked_datasets(model_args, data_args, training_args, tokenizer, seq_len)\n"
+        "    record_settings(output_dir, settings)\n",
+        "    record_settings(output_dir, settings)\n"
+        "    train_set, eval_set = masked_datasets(model_args, data_args, training_args, tokenizer, seq_len)\n",
+        (T + "test_flags_data.py::-k refused_where and compare_methods and hub",),
+        "a comparison refused for its data has recorded its settings, so the advised rerun is refused too",
+    ),
+    # ---- --validation_split_percentage, --batch_eval_metrics, WikiHop's --do_predict ---------------------------
+    Mutation(
+        P + "tasks/mlm/pretrain.py",
+        "        if self.validation_split_percentage is not None and self.validation_file is not None:",
+        "        if False:",
+        (T + "test_flags_model_training.py::-k run_flags_are_read_before_loading and pretrain",),
+        "--validation_split_percentage beside --validation_file: refused only once the data are loaded",
+    ),
+    Mutation(
+        P + "tasks/common/data.py",
+        '    if "validation" in raw and validation_split_percentage is not None:',
+        "    if False:",
+        (T + "test_flags_data.py::-k refused_where and hub",),
+        "--validation_split_percentage silently ignored for a Hub dataset with a validation split",
+    ),
+    Mutation(
+        P + "tasks/mlm/compare.py",
+        "        if data_args.validation_split_percentage is not None:\n",
+        "        if False:\n",
+        (T + "test_compare.py::-k validation_split_percentage_is_refused_with_the_default_data",),
+        "--validation_split_percentage with a comparison's default data refused only once they are written and read",
+    ),
+    Mutation(
+        P + "tasks/mlm/pretrain.py",
+        "        default_split_percentage=VALIDATION_SPLIT_PERCENTAGE,",
+        "        default_split_percentage=10,",
+        (T + "test_defaults_training.py::-k split_percentage_default",),
+        "without --validation_split_percentage, 10% is carved out, not the 5 its help states",
+    ),
+    Mutation(
+        P + "tasks/common/driver.py",
+        "    if training_args.batch_eval_metrics:",
+        "    if False:",
+        (T + "test_flags_model_training.py::-k run_flags_are_read_before_loading and wikihop",),
+        "--batch_eval_metrics true: a traceback from the metrics, which take no compute_result",
+    ),
+    Mutation(
+        P + "tasks/wikihop/finetune.py",
+        "    if training_args.do_predict:\n        raise ValueError(\n",
+        "    if False:\n        raise ValueError(\n",
+        (T + "test_wikihop_cli.py::-k do_predict_advice",),
+        "WikiHop --do_predict: refused without the advice to evaluate on a file",
     ),
     # ---- what is left out, truncated or not downloadable -----------------------------------------------------
     Mutation(

@@ -34,18 +34,21 @@ def load_raw_datasets(
     dataset_config_name: str | None = None,
     train_file: str | None = None,
     validation_file: str | None = None,
-    validation_split_percentage: int | None = 5,
+    validation_split_percentage: int | None = None,
     cache_dir: str | None = None,
     token: str | None = None,
     extra_files: Mapping[str, str | None] | None = None,
     validation_needed: bool = True,
+    default_split_percentage: int | None = None,
 ) -> DatasetDict:
     """``train`` / ``validation`` splits (and those of ``extra_files``, split name -> local file,
     e.g. ``{"test": path}``) from a Hub dataset or local files; each local file is read on its
     own, so a test file may lack the label column. Without a validation split, the first
-    ``validation_split_percentage`` % of the training rows become it (as in ``run_mlm.py``);
-    ``None`` carves none, and so does a training set too small to give one row unless
-    ``validation_needed`` (then it is a ``ValueError`` saying how to give one)."""
+    ``validation_split_percentage`` % of the training rows become it (as in ``run_mlm.py``), or
+    ``default_split_percentage`` % when that is None; both None carve none, and so does a training
+    set too small to give one row unless ``validation_needed`` (then it is a ``ValueError`` saying how
+    to give one). A ``validation_split_percentage`` for data that have a validation split is a
+    ``ValueError``: it would do nothing."""
     from datasets import DatasetDict, load_dataset
 
     hub = {"cache_dir": cache_dir, "token": token}
@@ -63,8 +66,11 @@ def load_raw_datasets(
             {split: read_local_file(split, path, BUILDERS[extension], READ_OPTIONS.get(extension, {}), hub)
              for split, path in files.items()}
         )  # fmt: skip
-    if "validation" not in raw and "train" in raw and validation_split_percentage is not None:
-        carved = carve_validation(raw["train"], validation_split_percentage, validation_needed)
+    if "validation" in raw and validation_split_percentage is not None:
+        raise unused_split_percentage(validation_file or f"the validation split of {dataset_name}")
+    percentage = default_split_percentage if validation_split_percentage is None else validation_split_percentage
+    if "validation" not in raw and "train" in raw and percentage is not None:
+        carved = carve_validation(raw["train"], percentage, validation_needed)
         if carved is not None:
             raw["train"], raw["validation"] = carved
     for split, rows in raw.items():
@@ -83,6 +89,14 @@ def read_local_file(split: str, path: str, builder: str, options: dict[str, Any]
     except DatasetGenerationError as err:
         cause = err.__cause__ or err
         raise ValueError(f"--{split}_file {path!r} cannot be read as {builder}: {cause}") from None
+
+
+def unused_split_percentage(validation_split: str) -> ValueError:
+    """The error for ``--validation_split_percentage`` given for data that have a ``validation_split``."""
+    return ValueError(
+        "--validation_split_percentage has no effect here: it carves a validation split out of the training rows of "
+        f"data that have none, and these have one ({validation_split}); leave it out"
+    )
 
 
 def carve_validation(train: Dataset, percentage: int, needed: bool = True) -> tuple[Dataset, Dataset] | None:

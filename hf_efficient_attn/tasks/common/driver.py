@@ -107,7 +107,7 @@ def check_run(training_args: TrainingArguments, stages: Sequence[str] = ("do_tra
     an ``--output_dir`` that can be a folder, ``--fp16`` only on a GPU, ``--report_to`` trackers
     that are installed and a ``--resume_from_checkpoint`` that exists. Flags that Trainer would
     parse and the run would not honour are refused: ``--do_predict`` where ``stages`` has no
-    prediction, ``--label_smoothing_factor`` and ``--prediction_loss_only``."""
+    prediction, ``--label_smoothing_factor``, ``--prediction_loss_only`` and ``--batch_eval_metrics``."""
     runs = " and/or ".join(f"--{stage}" for stage in stages)
     if training_args.do_predict and "do_predict" not in stages:
         raise ValueError(f"--do_predict: this script has no prediction stage; it runs {runs}")
@@ -120,6 +120,11 @@ def check_run(training_args: TrainingArguments, stages: Sequence[str] = ("do_tra
     if training_args.prediction_loss_only:
         raise ValueError(
             "--prediction_loss_only would drop the predictions that the evaluation scores (accuracy) and writes; leave it off"
+        )
+    if training_args.batch_eval_metrics:
+        raise ValueError(
+            "--batch_eval_metrics would score each evaluation batch on its own, but these scripts score the whole "
+            "evaluation set at once (accuracy over all masked tokens, Matthews correlation, F1, ...); leave it out"
         )
     if not any(getattr(training_args, stage) for stage in stages):
         raise ValueError(f"nothing to do: pass {runs}")
@@ -282,10 +287,10 @@ def _described(attn_impl: str | None, attn_config: dict[str, Any]) -> str:
     return "exact attention" if attn_impl is None else f"--attn_impl {attn_impl} --attn_config '{json.dumps(attn_config)}'"
 
 
-def train_and_save(trainer: Trainer, checkpoint: str | None, num_samples: int) -> dict[str, float]:
+def train_and_save(trainer: Trainer, checkpoint: str | None, num_samples: int, show_metrics: bool = True) -> dict[str, float]:
     """Train (resuming from ``checkpoint``, made with the same method: :func:`check_same_method`),
     save the model and tokenizer, and write ``train_results.json`` and ``trainer_state.json`` as
-    the examples do."""
+    the examples do; ``show_metrics`` prints the training metrics as they do too."""
     check_same_method(trainer.model, checkpoint)
     try:
         result = trainer.train(resume_from_checkpoint=checkpoint)
@@ -294,7 +299,8 @@ def train_and_save(trainer: Trainer, checkpoint: str | None, num_samples: int) -
         raise KeyboardInterrupt(resume_advice(trainer.args)) from None
     trainer.save_model()
     metrics = {**result.metrics, "train_samples": num_samples}
-    trainer.log_metrics("train", metrics)
+    if show_metrics:
+        trainer.log_metrics("train", metrics)
     trainer.save_metrics("train", metrics)
     trainer.save_state()
     return metrics

@@ -48,15 +48,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+import transformers
 from transformers import PretrainedConfig, TrainerCallback, TrainingArguments
-from transformers.trainer_callback import ExportableState
+from transformers.trainer_callback import ExportableState, ProgressCallback
 
 from ... import AutoModelForMaskedLM
 from ...integration.positions import max_tokens
 from ...registry import list_methods, resolve_options
-from ...utils.cli_errors import USER_ERRORS, one_line
+from ...utils.cli_errors import INTERRUPTED_STATUS, USER_ERRORS, one_line
 from ..common.args import ModelArguments, block_length, parse_arguments, parse_method_configs, parse_method_names
-from ..common.data import write_wikipedia_jsonl
+from ..common.data import unused_split_percentage, write_wikipedia_jsonl
 from ..common.driver import (
     last_complete_checkpoint,
     load_config,
@@ -91,6 +92,16 @@ DONE_MARKER = "comparison_done.json"
 START_WEIGHTS = "start_weights.json"
 #: The settings every method must share; a rerun with other values is refused.
 SETTINGS_FILE = "comparison.json"
+#: TrainingArguments flags whose value the comparison decides for every run itself, and why; given
+#: another value than Trainer's default, they are refused rather than silently overridden.
+DECIDED_FLAGS = {
+    "num_train_epochs": "every method trains --max_steps steps",
+    **dict.fromkeys(
+        ("eval_strategy", "save_strategy", "save_steps", "eval_on_start"),
+        "every method evaluates at step 0, then evaluates and saves a checkpoint every --eval_steps steps; give "
+        "--eval_steps N to choose how often",
+    ),
+}
 
 
 @dataclass
@@ -258,10 +269,31 @@ def freeze_all_but_the_head(model: torch.nn.Module) -> None:
         parameter.requires_grad_(id(parameter) not in encoder)
 
 
+class TrainingBar(ProgressCallback):
+    """Trainer's progress bar of the training steps alone: no bar per evaluation and no printed logs (a
+    comparison writes every evaluation into results.csv and says the last in its line per method)."""
+
+    def on_prediction_step(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def on_log(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+
+def shows_everything(training_args: TrainingArguments) -> bool:
+    """Whether the runs print all that Trainer and the libraries print (``--log_level info`` or
+    ``debug``); else a method's run shows its training progress bar and warnings only."""
+    return training_args.get_process_log_level() <= logging.INFO
+
+
 def run_stage(stage: Stage) -> None:
     """Train one stage (resuming from its last complete checkpoint), save the model, then write its
     ``results.csv`` (methods) and the done marker."""
     checkpoint = start_run(stage.training_args)
+    quiet = not shows_everything(stage.training_args)
+    if quiet:
+        logger.setLevel(logging.WARNING)  # what the data are, the parent has said
+        transformers.utils.logging.disable_progress_bar()  # loading the weights, saving them at every checkpoint
     tokenizer = load_tokenizer(stage.model_args)
     train_set, eval_set = masked_datasets(stage.model_args, stage.data_args, stage.training_args, tokenizer,
                                           stage.seq_len)  # fmt: skip
@@ -272,7 +304,9 @@ def run_stage(stage: Stage) -> None:
     else:
         callbacks = [StepTimer(), StartWeights(stage.folder)]
     trainer = mlm_trainer(model, stage.training_args, tokenizer, train_set, eval_set, callbacks, stage.data_args.padding_free)
-    train_and_save(trainer, checkpoint, len(train_set))
+    if quiet and trainer.pop_callback(ProgressCallback) is not None:  # none with --disable_tqdm
+        trainer.add_callback(TrainingBar)
+    train_and_save(trainer, checkpoint, len(train_set), show_metrics=not quiet)
     if not stage.head_only:
         write_rows(os.path.join(stage.folder, "results.csv"), evaluation_rows(stage.name, trainer.state.log_history))
     write_json(os.path.join(stage.folder, DONE_MARKER), {"stage": stage.name, "steps": trainer.state.global_step})
@@ -289,9 +323,12 @@ def evaluation_rows(method: str, log_history: Sequence[dict[str, Any]]) -> list[
 
 def _stage_process(sender: Any, stage: Stage) -> None:
     """Sends None when the stage has finished, its one-line message after a user error (which the
-    parent raises as its own); a crash sends nothing."""
+    parent raises as its own); a crash sends nothing. Ctrl-C ends it quietly with exit status
+    :data:`INTERRUPTED_STATUS`: the parent, interrupted too, says so in one line."""
     try:
         run_stage(stage)
+    except KeyboardInterrupt:
+        raise SystemExit(INTERRUPTED_STATUS) from None  # multiprocessing prints no traceback for SystemExit
     except USER_ERRORS as err:
         sender.send(f"{stage.name}: {one_line(err)}")
     else:
@@ -299,7 +336,8 @@ def _stage_process(sender: Any, stage: Stage) -> None:
 
 
 def run_in_own_process(stage: Stage) -> None:
-    """:func:`run_stage` in a spawned process; its user error is raised here as ``ValueError``."""
+    """:func:`run_stage` in a spawned process; its user error is raised here as ``ValueError``, its
+    interruption as ``KeyboardInterrupt``."""
     context = multiprocessing.get_context("spawn")
     receiver, sender = context.Pipe(duplex=False)
     process = context.Process(target=_stage_process, args=(sender, stage), name=f"compare-{stage.name}")
@@ -309,9 +347,12 @@ def run_in_own_process(stage: Stage) -> None:
         error = receiver.recv()
     except EOFError:  # died without a word: its exit status tells below
         error = None
-    process.join()
+    finally:  # after Ctrl-C too, which reaches the child as well: its checkpoints are then as it left them
+        process.join()
     if error is not None:
         raise ValueError(error)
+    if process.exitcode == INTERRUPTED_STATUS:
+        raise KeyboardInterrupt
     if process.exitcode != 0:
         raise RuntimeError(
             f"{stage.name} stopped (exit status {process.exitcode}; see its messages above); rerun the same command to resume it"
@@ -348,9 +389,11 @@ def head_is_new(model_path: str, config: PretrainedConfig) -> bool:
     return bool(added) and (not trained or trained[-1] < added[-1])
 
 
-def check_settings(output_dir: str, settings: dict[str, Any]) -> None:
-    """Record ``settings`` in :data:`SETTINGS_FILE`, or ``ValueError`` when the folder holds a
-    comparison made with other settings (its methods would not be comparable)."""
+def check_settings(output_dir: str, settings: dict[str, Any]) -> dict[str, Any]:
+    """``ValueError`` when ``output_dir`` holds a comparison made with other ``settings`` (its methods
+    would not be comparable); returns them, to be recorded (:func:`record_settings`) once the data
+    are read."""
+    settings = json.loads(json.dumps(settings))  # as the record holds them: enums as their names, tuples as lists
     path = os.path.join(output_dir, SETTINGS_FILE)
     if os.path.isfile(path):
         recorded = read_json(path)
@@ -361,8 +404,22 @@ def check_settings(output_dir: str, settings: dict[str, Any]) -> None:
                 f"--output_dir {output_dir!r} holds a comparison made with {key} = {recorded.get(key)!r}, not "
                 f"{settings[key]!r}; rerun it with the same settings, or give another --output_dir"
             )
+    return settings
+
+
+def record_settings(output_dir: str, settings: dict[str, Any]) -> None:
+    """Write ``settings`` into :data:`SETTINGS_FILE`, for :func:`check_settings` on a rerun."""
     os.makedirs(output_dir, exist_ok=True)
-    write_json(path, settings)
+    write_json(os.path.join(output_dir, SETTINGS_FILE), settings)
+
+
+def check_decided_flags(training_args: TrainingArguments) -> None:
+    """``ValueError`` for a flag of :data:`DECIDED_FLAGS` given another value than its default (read from
+    ``TrainingArguments``' fields): the comparison would silently override it."""
+    defaults = {field.name: field.default for field in dataclasses.fields(TrainingArguments)}
+    for flag in DECIDED_FLAGS:
+        if getattr(training_args, flag) != defaults[flag]:
+            raise ValueError(f"--{flag} does not apply to a comparison: {DECIDED_FLAGS[flag]}")
 
 
 def stage_arguments(training_args: TrainingArguments, folder: str, **changes: Any) -> TrainingArguments:
@@ -390,6 +447,7 @@ def run_comparison(
             "--resume_from_checkpoint does not apply to a comparison (every method would start from that one "
             "checkpoint): rerun the same command, and each method resumes from its own last complete checkpoint"
         )
+    check_decided_flags(training_args)
     # Trainer takes a fraction of max_steps too; default: 10 evaluations.
     eval_steps = training_args.eval_steps or max(1, training_args.max_steps // 10)
     config = load_config(model_args)
@@ -397,6 +455,8 @@ def run_comparison(
     setup_logging(training_args)
     output_dir = training_args.output_dir
     if data_args.dataset_name is None and data_args.train_file is None and data_args.validation_file is None:
+        if data_args.validation_split_percentage is not None:
+            raise unused_split_percentage("the default data hold out their last 8 articles")
         data_dir = os.path.join(output_dir, "data")
         if not os.path.isfile(os.path.join(data_dir, "validation.jsonl")):
             write_wikipedia_jsonl(data_dir)
@@ -408,20 +468,29 @@ def run_comparison(
     warmup_steps = compare_args.head_warmup_steps
     if warmup_steps is None:
         warmup_steps = 100 if head_is_new(model_args.model_name_or_path, config) else 0
-    check_settings(output_dir, {
+    settings = check_settings(output_dir, {
         "model_name_or_path": model_args.model_name_or_path, "max_seq_length": seq_len,
         "data": [data_args.dataset_name, data_args.train_file, data_args.validation_file],
+        "dataset_config_name": data_args.dataset_config_name, "text_column_name": data_args.text_column_name,
+        "validation_split_percentage": data_args.split_percentage,
         "max_train_samples": data_args.max_train_samples, "max_eval_samples": data_args.max_eval_samples,
-        "max_steps": training_args.max_steps, "num_train_epochs": training_args.num_train_epochs,
+        "max_steps": training_args.max_steps,
         "batch": [training_args.per_device_train_batch_size, training_args.gradient_accumulation_steps],
         "learning_rate": training_args.learning_rate, "seed": training_args.seed, "eval_steps": eval_steps,
         "head_warmup": [warmup_steps, compare_args.head_warmup_learning_rate],
+        # the optimiser and its schedule
+        "optim": training_args.optim, "optim_args": training_args.optim_args,
+        "weight_decay": training_args.weight_decay, "adam_beta1": training_args.adam_beta1,
+        "adam_beta2": training_args.adam_beta2, "adam_epsilon": training_args.adam_epsilon,
+        "max_grad_norm": training_args.max_grad_norm, "lr_scheduler_type": training_args.lr_scheduler_type,
+        "lr_scheduler_kwargs": training_args.lr_scheduler_kwargs, "warmup_steps": training_args.warmup_steps,
         # what the masks and examples are made from (pretrain.masked_datasets)
         "data_seed": training_args.data_seed, "eval_mask_seed": data_args.eval_mask_seed,
         "mlm_probability": data_args.mlm_probability, "line_by_line": data_args.line_by_line,
     })  # fmt: skip
     # The data are checked here, before any process starts (and tokenised once: the others read the cache).
     train_set, eval_set = masked_datasets(model_args, data_args, training_args, tokenizer, seq_len)
+    record_settings(output_dir, settings)
     batch = training_args.per_device_train_batch_size * training_args.gradient_accumulation_steps
     setup = (
         f"{training_args.max_steps} steps of {batch} x {seq_len} tokens ({len(train_set)} training blocks), learning "
@@ -494,12 +563,26 @@ def check_method_folder(folder: str, method: str, options: dict[str, Any]) -> No
 
 
 def run_or_skip(stage: Stage, description: str) -> None:
-    """Run the stage in its own process unless it has finished before."""
+    """Run the stage in its own process unless it has finished before; after Ctrl-C, the
+    ``KeyboardInterrupt`` says what rerunning does (:func:`rerun_advice`)."""
     if is_done(stage.folder):
         print(f"{stage.name}: finished before, skipped ({stage.folder})", flush=True)
         return
     print(f"{stage.name}: training {description} in {stage.folder}", flush=True)
-    run_in_own_process(stage)
+    try:
+        run_in_own_process(stage)
+    except KeyboardInterrupt:
+        raise KeyboardInterrupt(rerun_advice(stage)) from None
+
+
+def rerun_advice(stage: Stage) -> str:
+    """What rerunning the same command does after ``stage`` was interrupted: it skips the finished
+    stages and resumes this one from its last complete checkpoint, or starts it again."""
+    last = last_complete_checkpoint(stage.folder)[0] if os.path.isdir(stage.folder) else None
+    rerun = f"rerun the same command: finished methods are skipped and {stage.name}"
+    if last is None:
+        return f"{rerun} starts again ({stage.folder} holds no complete checkpoint yet)"
+    return f"{rerun} resumes from {last}, its last complete checkpoint"
 
 
 def check_same_start(output_dir: str, methods: Sequence[str]) -> None:

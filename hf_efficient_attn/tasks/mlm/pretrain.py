@@ -44,7 +44,15 @@ from transformers import (
 from ... import AutoModelForMaskedLM
 from ...integration.positions import max_tokens
 from ..common.args import DataArguments, ModelArguments, block_length, check_max_seq_length, parse_arguments
-from ..common.data import first_rows, load_raw_datasets, mean_length, text_column, tokenize_in_blocks, tokenize_lines
+from ..common.data import (
+    first_rows,
+    load_raw_datasets,
+    mean_length,
+    text_column,
+    tokenize_in_blocks,
+    tokenize_lines,
+    unused_split_percentage,
+)
 from ..common.driver import (
     check_padding_free,
     check_run,
@@ -70,14 +78,22 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("hf_efficient_attn.tasks")
 
+#: The percentage of the training rows held out for validation when the data have no validation split
+#: and --validation_split_percentage is not given (run_mlm.py's default).
+VALIDATION_SPLIT_PERCENTAGE = 5
+
 
 @dataclass
 class MLMDataArguments(DataArguments):
     """``run_mlm.py``'s data flags, plus the text column and the validation masking seed."""
 
-    validation_split_percentage: int = field(
-        default=5,
-        metadata={"help": "Percent of the training rows used for validation when there is no validation split."},
+    validation_split_percentage: int | None = field(
+        default=None,
+        metadata={
+            "help": "Percent of the training rows (the first ones) held out for validation when the data have no "
+            "validation split; refused when they have one (--validation_file, or a Hub dataset's). Default: "
+            f"{VALIDATION_SPLIT_PERCENTAGE}."
+        },
     )
     mlm_probability: float = field(default=0.15, metadata={"help": "Fraction of tokens to mask."})
     line_by_line: bool = field(
@@ -96,6 +112,15 @@ class MLMDataArguments(DataArguments):
         super().__post_init__()
         if not 0.0 < self.mlm_probability < 1.0:
             raise ValueError(f"--mlm_probability must be between 0 and 1, got {self.mlm_probability}")
+        if self.validation_split_percentage is not None and self.validation_file is not None:
+            raise unused_split_percentage(self.validation_file)
+
+    @property
+    def split_percentage(self) -> int:
+        """The percentage of the training rows carved out for validation from data without a validation split."""
+        if self.validation_split_percentage is None:
+            return VALIDATION_SPLIT_PERCENTAGE
+        return self.validation_split_percentage
 
 
 def masked_datasets(
@@ -119,6 +144,7 @@ def masked_datasets(
         cache_dir=model_args.cache_dir,
         token=model_args.token,
         validation_needed=training_args.do_eval,
+        default_split_percentage=VALIDATION_SPLIT_PERCENTAGE,
     )
     require_splits(raw, training_args)
     column = text_column(raw["train" if training_args.do_train else "validation"], data_args.text_column_name)

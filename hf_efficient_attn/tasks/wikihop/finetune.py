@@ -153,8 +153,8 @@ def run_wikihop(
     Trainer's."""
     if training_args.do_predict:
         raise ValueError(
-            "--do_predict is not supported: WikiHop's test answers are hidden; --do_eval on a file writes "
-            f"{PREDICTIONS_FILE} for its examples"
+            "--do_predict is not supported: WikiHop's test answers are hidden; use --do_eval on a file instead: it "
+            f"writes {PREDICTIONS_FILE} for its examples"
         )
     check_run(training_args)
     config = load_config(model_args)
