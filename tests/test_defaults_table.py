@@ -5,7 +5,7 @@ lists none they do not, and names only tests that exist."""
 import pytest
 from defaults_table import DEFAULT_TESTS, script_defaults
 from flag_table import SCRIPT_MAINS
-from test_flag_table import defined_tests
+from test_flag_table import missing_named_tests
 
 
 @pytest.mark.parametrize("script", sorted(SCRIPT_MAINS))
@@ -14,13 +14,7 @@ def test_every_stated_default_of_every_script_has_a_test(script):
 
 
 def test_the_named_tests_exist():
-    missing = []
-    for tests in DEFAULT_TESTS.values():
-        for test in set(tests.values()):
-            path, _, name = test.partition("::")
-            if name not in defined_tests(path):
-                missing.append(test)
-    assert not missing
+    assert not missing_named_tests(DEFAULT_TESTS)
 
 
 def test_the_table_lists_only_scripts():
