@@ -31,7 +31,9 @@ def arguments_of(name: str) -> tuple[type, ...]:
 @pytest.mark.parametrize("name", sorted(os.listdir(RECIPES)))
 def test_recipe_parses_without_deprecation_warnings(name, tmp_path, monkeypatch):
     """Each recipe parses whole in a folder holding the files and model folders it names (bf16
-    dropped: TrainingArguments refuses it without a GPU)."""
+    dropped: TrainingArguments refuses it without a GPU), online: a Hub model it names (roberta-base)
+    is downloadable there."""
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", False)
     with open(os.path.join(RECIPES, name)) as f:
         recipe = json.load(f)
     recipe.pop("bf16", None)
