@@ -99,31 +99,3 @@ def test_inductor_eval_and_training_step(method):
         torch.testing.assert_close(last_hidden(compiled(model, "inductor"), ids, mask), want, atol=1e-4, rtol=1e-4)
     model.train()
     assert all(torch.isfinite(g).all() for g in gradients(model, compiled(model, "inductor"), ids, mask).values())
-
-
-@pytest.mark.slow
-def test_yoso_inductor_equals_eager_at_realistic_width():
-    """YOSO's hash bits are signs of projections: one that rounds differently flips a token's bucket,
-    a jump of the output. At the tiny width above no projection comes close enough to zero; here
-    (RoBERTa, hidden 768, 12 heads, 2 layers, 512 tokens, padded batch, seeds of an issue report)
-    hashing the normalised q, k in fp32 made Inductor's logits differ by 2.3e-3 (0.5% of entries
-    above 1e-4). Exact projections of the unnormalised q, k (yoso.HASH_DTYPE) leave rounding only."""
-    torch.manual_seed(0)
-    config = T.AutoConfig.for_model(
-        "roberta",
-        vocab_size=1000,
-        hidden_size=768,
-        num_hidden_layers=2,
-        num_attention_heads=12,
-        intermediate_size=3072,
-        max_position_embeddings=514,
-    )
-    model = hea.AutoModelForMaskedLM.from_config(config, attn_impl="yoso").eval()
-    ids = torch.randint(5, 1000, (2, 512), generator=torch.Generator().manual_seed(0))
-    mask = torch.ones(2, 512, dtype=torch.long)
-    mask[1, 300:] = 0
-    with torch.no_grad():
-        want = model(input_ids=ids, attention_mask=mask).logits
-        got = compiled(model, "inductor")(input_ids=ids, attention_mask=mask).logits
-    real = mask.bool()
-    torch.testing.assert_close(got[real], want[real], atol=1e-4, rtol=1e-4)

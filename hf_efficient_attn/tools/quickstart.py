@@ -61,7 +61,7 @@ LOG_FILE = "quickstart.log"
 
 def _trainer_flags(output_dir: str, **flags: Any) -> list[str]:
     common = {"use_cpu": True, "report_to": "none", "seed": 0, "logging_steps": 5, "save_strategy": "no",
-              "disable_tqdm": True}  # fmt: skip
+              "disable_tqdm": True, "log_level": "info"}  # fmt: skip
     return [item for key, value in {**common, **flags, "output_dir": output_dir}.items()
             for item in (f"--{key}", str(value))]  # fmt: skip
 
