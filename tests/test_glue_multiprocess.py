@@ -82,7 +82,7 @@ from hf_efficient_attn.tasks.glue import main
 main(sys.argv[1:])
 ddp_alive = sum(isinstance(o, DistributedDataParallel) for o in gc.get_objects())
 # One write per process: two processes' print()s, split into pieces, interleaved on the pipe.
-os.write(1, f"group left {not dist.is_initialized()}, DDP alive {ddp_alive}\n".encode())
+os.write(1, f"group left {not dist.is_initialized()}, DDP alive {ddp_alive}\\n".encode())
 """
 
 

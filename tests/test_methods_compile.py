@@ -1,5 +1,5 @@
-"""Every method but MRA traces, compiles and exports: a patched 2-layer BERT / RoBERTa on a padded
-batch compiles in one graph (``fullgraph``: any graph break fails) in eval and training mode, the
+"""Every method but MRA traces, compiles and exports: a patched 2-layer BERT (and RoBERTa, with one
+method) on a padded batch compiles in one graph (``fullgraph``: any graph break fails) in eval and training mode, the
 compiled eval forward equals eager, so do the training gradients of methods without training-time
 draws, and the ONNX export (dynamic batch and length) run by ONNX Runtime equals eager at the
 export length and another. The default tier runs BERT in eval mode and the training steps of the
@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 import torch
-import transformers as T
 from compile_fixtures import (
     compiled,
     gradients,
@@ -26,15 +25,26 @@ from hf_efficient_attn.integration.bridge import method_modules
 METHODS = [name for name in hea.list_methods() if not name.startswith("mra")]
 #: Methods that draw fresh randomness at every training forward (eval mode uses fixed draws).
 TRAINING_DRAWS = {"yoso", "skyformer", "skeinformer", "informer"}
-SLOW_ROBERTA = [pytest.param("roberta", marks=pytest.mark.slow), "bert"]
+#: The method also run in RoBERTa (its own position ids from the padding), slow: every method's
+#: module is the same inside either encoder (integration/bridge.py), so BERT runs them all.
+ROBERTA_METHOD = "linformer"
 #: Training steps in the default tier: the methods with their own autograd Function (their backward
 #: is traced too); the other methods' training steps are slow tests.
 DEFAULT_TRAINING = {"yoso", "yoso_e"}
-TRAINING_METHODS = [m if m in DEFAULT_TRAINING else pytest.param(m, marks=pytest.mark.slow) for m in METHODS]
 
 
-@pytest.mark.parametrize("arch", SLOW_ROBERTA)
-@pytest.mark.parametrize("method", METHODS)
+def method_archs(slow: set[str] = frozenset()) -> list:
+    """(method, arch) cases: every method in BERT (slow for those in ``slow``), ``ROBERTA_METHOD`` in
+    RoBERTa too (slow)."""
+    cases = []
+    for method in METHODS:
+        cases.append(pytest.param(method, "bert", marks=[pytest.mark.slow] if method in slow else []))
+        if method == ROBERTA_METHOD:
+            cases.append(pytest.param(method, "roberta", marks=pytest.mark.slow))
+    return cases
+
+
+@pytest.mark.parametrize("method, arch", method_archs())
 def test_eval_compiles_in_one_graph_and_equals_eager(method, arch):
     model = tiny_model(method, arch)
     ids, mask = padded_batch(64)
@@ -43,8 +53,7 @@ def test_eval_compiles_in_one_graph_and_equals_eager(method, arch):
         torch.testing.assert_close(last_hidden(compiled(model), ids, mask), want, atol=1e-4, rtol=1e-4)
 
 
-@pytest.mark.parametrize("arch", SLOW_ROBERTA)
-@pytest.mark.parametrize("method", TRAINING_METHODS)
+@pytest.mark.parametrize("method, arch", method_archs(slow=set(METHODS) - DEFAULT_TRAINING))
 def test_training_step_compiles_in_one_graph(method, arch):
     """Gradients equal eager where training is deterministic; where it samples, the compiled
     model draws afresh at every call (draws baked into the graph would repeat) and its gradients
@@ -78,8 +87,7 @@ def test_eval_output_is_the_same_after_save_and_reload(method, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("arch", ["bert", "roberta"])
-@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("method, arch", method_archs())
 def test_onnx_runtime_equals_eager_at_two_lengths(method, arch, tmp_path):
     model = tiny_model(method, arch)
     other = [t[:2] for t in padded_batch(96, seed=1)]  # another batch size and length

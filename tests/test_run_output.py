@@ -104,19 +104,20 @@ def test_a_short_run_prints_what_a_user_needs(files, tmp_path, log_level):
 
 @pytest.mark.parametrize("log_level", [None, pytest.param("info", marks=pytest.mark.slow)])
 def test_a_short_comparison_prints_what_a_user_needs(files, tmp_path, log_level):
-    """A comparison of two methods over 10 steps, evaluated and saved every step (its default: every
-    max_steps/10), prints for each method what it trains and where, its training bar and its closing
-    line, then where the results went: at most 40 lines, no line per evaluation or checkpoint and no
-    Trainer metrics block. --log_level info prints all that Trainer and the libraries print."""
+    """A comparison of two methods over 4 steps, evaluated and saved every step (its default: every
+    max_steps/10, at least 1), prints for each method what it trains and where, its training bar and
+    its closing line, then where the results went: at most 40 lines, no line per evaluation or
+    checkpoint and no Trainer metrics block. --log_level info prints all that Trainer and the
+    libraries print."""
     out = tmp_path / "out"
     level = ["--log_level", log_level] if log_level else []
-    lines = printed(compare_arguments(files, out, "--max_steps", "10", *level), script="compare_methods")
+    lines = printed(compare_arguments(files, out, "--max_steps", "4", *level), script="compare_methods")
     text = "\n".join(lines)
     for method in ("softmax", "linformer"):
         assert sum(line.startswith(f"{method}: training {method} ") and line.endswith(f" in {out / method}")
                    for line in lines) == 1  # fmt: skip
-        assert sum(line.startswith(f"{method}: step 10, eval accuracy ") for line in lines) == 1
-    assert text.count("10/10 [") >= 2  # each method's training bar reached its end
+        assert sum(line.startswith(f"{method}: step 4, eval accuracy ") for line in lines) == 1
+    assert text.count("4/4 [") >= 2  # each method's training bar reached its end
     assert lines[-1] == f"wrote results.csv, comparison.png and summary.md to {out}"
     per_evaluation = ("'eval_loss'", "***** train metrics *****", "Writing model shards")
     if log_level is None:
@@ -125,7 +126,7 @@ def test_a_short_comparison_prints_what_a_user_needs(files, tmp_path, log_level)
         assert sum("do not fill a block" in line for line in lines) == 2  # the data, said once: train and validation
     else:
         assert len(lines) > SHORT_OUTPUT and all(noise in text for noise in per_evaluation)
-        assert text.count("'eval_loss'") == 2 * 11 and "loading configuration file" in text  # steps 0 to 10
+        assert text.count("'eval_loss'") == 2 * 5 and "loading configuration file" in text  # steps 0 to 4
 
 
 # ---- Ctrl-C --------------------------------------------------------------------------------------------
