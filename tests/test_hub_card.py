@@ -13,7 +13,7 @@ from hub_fixtures import BERT_BASE, CASES, ROBERTA_BASE
 from huggingface_hub import ModelCard
 
 import hf_efficient_attn as hea
-from hf_efficient_attn.hub.card import read_metrics, stage_lines
+from hf_efficient_attn.hub.card import measured_stage, read_metrics, stage_lines
 from hf_efficient_attn.integration.bridge import method_modules
 
 
@@ -212,3 +212,19 @@ def test_stage_line_tells_steps_batch_epochs_and_training_examples_apart():
     (line,) = stage_lines({"stages": [larger]})
     assert "12 steps of 8 examples (0.5 epochs over 192 training examples)" in line
     assert "on local files (`notes.txt` for training; not on the Hub)" in line  # no evaluation, no held-out part
+
+
+def test_results_are_matched_to_the_last_stage_that_recorded_them(tmp_path):
+    """A results file is described by the data of the last training stage whose recorded evaluation it
+    holds (an earlier stage that recorded a part of it, or a later one that recorded other values,
+    is not the one that wrote it); none matching: None."""
+    results = tmp_path / "all_results.json"
+    results.write_text(json.dumps({"eval_accuracy": 0.5, "eval_loss": 1.0, "train_loss": 2.0}))
+    stages = [
+        {"eval": {"eval_accuracy": 0.5}, "data": {"train_file": "first.csv"}},
+        {"eval": {"eval_accuracy": 0.5, "eval_loss": 1.0}, "data": {"train_file": "second.csv"}},
+        {"eval": {"eval_accuracy": 0.7}, "data": {"train_file": "third.csv"}},
+        {"data": {"train_file": "unevaluated.csv"}},
+    ]
+    assert measured_stage(results, {"stages": stages})["data"] == {"train_file": "second.csv"}
+    assert measured_stage(results, {"stages": stages[2:]}) is None

@@ -287,6 +287,25 @@ def test_ctrl_c_ends_a_comparisons_method_process_quietly(monkeypatch):
         pytest.fail("the method's process ended as if it had finished")
 
 
+@pytest.mark.parametrize("status, raised", [(None, KeyboardInterrupt), (3, RuntimeError)])
+def test_a_method_process_interrupted_alone_interrupts_the_comparison(monkeypatch, status, raised):
+    """A method's process that Ctrl-C reached alone (exit status 130, nothing sent) interrupts the
+    parent as its own Ctrl-C would (the one line, exit 130); one that died otherwise is an error naming
+    its exit status. (Forked here, with the stage replaced; the comparison spawns its processes.)"""
+
+    def stopped_stage(stage):
+        if status is None:
+            raise KeyboardInterrupt
+        os._exit(status)
+
+    monkeypatch.setattr(compare, "run_stage", stopped_stage)
+    fork = multiprocessing.get_context("fork")
+    monkeypatch.setattr(compare.multiprocessing, "get_context", lambda method: fork)
+    stage = type("StandIn", (), {"name": "linformer"})()  # what the parent reads of a stage
+    with pytest.raises(raised, match="" if status is None else f"exit status {status}"):
+        compare.run_in_own_process(stage)
+
+
 def test_ctrl_c_before_a_methods_first_checkpoint_says_it_starts_again(files, tmp_path, capsys, monkeypatch):
     """Ctrl-C at step 1 of linformer, before its first checkpoint (step 2): the line says that rerunning
     skips the finished softmax and starts linformer again; so rerun, linformer trains from step 0 to the end."""

@@ -10,6 +10,13 @@ MUTATIONS: list[Mutation] = [
     # ---- the model card of a model trained on local files (issue 46, item 7) ----------------------------
     Mutation(
         P + "hub/card.py",
+        "    return matching[-1] if matching else None",
+        "    return matching[0] if matching else None",
+        (T + "test_hub_card.py::-k last_stage_that_recorded",),
+        "the results are described with the data of the first stage that recorded a part of them",
+    ),
+    Mutation(
+        P + "hub/card.py",
         '    return stage["data"]\n',
         '    return {"dataset_name": "local"}\n',
         (LOCAL_CARD,),

@@ -88,6 +88,13 @@ MUTATIONS: list[Mutation] = [
     # ---- the method comparison: what it prints, Ctrl-C, flags it decides, settings it records ----------------
     Mutation(
         P + "tasks/mlm/compare.py",
+        "    if process.exitcode == INTERRUPTED_STATUS:",
+        "    if process.exitcode == -INTERRUPTED_STATUS:",
+        (T + "test_run_output.py::-k interrupted_alone",),
+        "a method's process that Ctrl-C reached alone ends the comparison with a RuntimeError traceback",
+    ),
+    Mutation(
+        P + "tasks/mlm/compare.py",
         "    if quiet and trainer.pop_callback(ProgressCallback) is not None:",
         "    if False:",
         (T + "test_run_output.py::-k short_comparison and None",),
