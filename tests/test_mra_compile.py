@@ -85,7 +85,8 @@ def test_compiled_training_step_equals_eager(name, backend):
 
 
 @pytest.mark.parametrize(
-    "name, backend", [("mra2", "gather"), ("mra2", "pairs"), pytest.param("mra2_s", "gather", marks=pytest.mark.slow)]
+    "name, backend",
+    [("mra2", "gather"), *(pytest.param(*case, marks=pytest.mark.slow) for case in [("mra2", "pairs"), ("mra2_s", "gather")])],
 )
 def test_new_lengths_share_one_recompilation(name, backend):
     """Dynamic shapes, on the method alone (the model around it adds no length guard of its own):

@@ -207,7 +207,7 @@ def test_padding_never_starts_a_sequence():
     assert packed_segments({"position_ids": positions[1:]}, real[1:], 1, 8) is None  # one sequence: no unpacking
 
 
-@pytest.mark.parametrize("method", ["mra2", "nystromformer"])
+@pytest.mark.parametrize("method", ["mra2", pytest.param("nystromformer", marks=pytest.mark.slow)])
 def test_packed_rows_compile_in_one_graph(method):
     """With the flash-attention keywords (shapes known when tracing), a packed row runs under
     torch.compile in one graph and equals eager; with position_ids alone, a traced model refuses a
