@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import sys
+import types
 
 import huggingface_hub.constants
 import pytest
@@ -301,7 +302,7 @@ def test_a_method_process_interrupted_alone_interrupts_the_comparison(monkeypatc
     monkeypatch.setattr(compare, "run_stage", stopped_stage)
     fork = multiprocessing.get_context("fork")
     monkeypatch.setattr(compare.multiprocessing, "get_context", lambda method: fork)
-    stage = type("StandIn", (), {"name": "linformer"})()  # what the parent reads of a stage
+    stage = types.SimpleNamespace(name="linformer")  # what the parent reads of a stage
     with pytest.raises(raised, match="" if status is None else f"exit status {status}"):
         compare.run_in_own_process(stage)
 
