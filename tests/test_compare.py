@@ -243,3 +243,10 @@ def row(method, accuracy, seconds_per_step):
 def test_the_recommendation_is_the_fastest_method_within_a_point(others, expected):
     final = {r["method"]: r for r in [row("softmax", 0.50, 4.0), *others]}
     assert expected in recommendation(final, 2048)
+
+
+@pytest.mark.parametrize("log_level, everything", [("debug", True), ("info", True), ("warning", False), ("passive", False)])
+def test_info_and_debug_show_everything(log_level, everything, tmp_path):
+    """--log_level info or debug: the method runs print all that Trainer and the libraries print; a
+    quieter level (and the default, passive): their progress and warnings only."""
+    assert compare.shows_everything(T.TrainingArguments(str(tmp_path), log_level=log_level)) is everything

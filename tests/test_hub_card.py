@@ -13,6 +13,7 @@ from hub_fixtures import BERT_BASE, CASES, ROBERTA_BASE
 from huggingface_hub import ModelCard
 
 import hf_efficient_attn as hea
+from hf_efficient_attn.hub import card
 from hf_efficient_attn.hub.card import measured_stage, read_metrics, stage_lines
 from hf_efficient_attn.integration.bridge import method_modules
 
@@ -228,3 +229,8 @@ def test_results_are_matched_to_the_last_stage_that_recorded_them(tmp_path):
     ]
     assert measured_stage(results, {"stages": stages})["data"] == {"train_file": "second.csv"}
     assert measured_stage(results, {"stages": stages[2:]}) is None
+
+
+@pytest.mark.parametrize("number, words", [(0, "0 steps"), (1, "1 step"), (2, "2 steps")])
+def test_counts_on_the_card_are_singular_for_one_only(number, words):
+    assert card._count(number, "step") == words

@@ -111,6 +111,7 @@ def test_text_is_grouped_into_full_blocks_in_order():
     assert [t for ids in blocks["input_ids"] for t in ids] == stream[: len(stream) // 16 * 16]
     assert mean_length(blocks) == 16
     assert mean_length(Dataset.from_dict({"input_ids": [[1, 2, 3], [4], [5, 6]]}).select([0, 1])) == 2
+    assert mean_length(Dataset.from_dict({"input_ids": [[1]]}).select([])) is None  # no examples: no mean (not 0 / 0)
     with pytest.raises(ValueError, match="fewer than one block of --max_seq_length 4096"):
         tokenize_in_blocks(DatasetDict(train=Dataset.from_dict({"text": texts})), tokenizer, "text", 4096)
 

@@ -7,6 +7,13 @@ REFUSED = T + "test_provenance.py::-k refused_before_loading"
 STAGE_LINE = T + "test_hub_card.py::-k stage_line_tells"
 
 MUTATIONS: list[Mutation] = [
+    Mutation(
+        P + "hub/card.py",
+        '    return f"{number} {noun}" + ("" if number == 1 else "s")',
+        '    return f"{number} {noun}" + ("" if number <= 1 else "s")',
+        (T + "test_hub_card.py::-k singular_for_one_only",),
+        "the card says '0 step' and '0 example'",
+    ),
     # ---- the model card of a model trained on local files (issue 46, item 7) ----------------------------
     Mutation(
         P + "hub/card.py",

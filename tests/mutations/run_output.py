@@ -88,6 +88,20 @@ MUTATIONS: list[Mutation] = [
     # ---- the method comparison: what it prints, Ctrl-C, flags it decides, settings it records ----------------
     Mutation(
         P + "tasks/mlm/compare.py",
+        "    return training_args.get_process_log_level() <= logging.INFO",
+        "    return training_args.get_process_log_level() < logging.INFO",
+        (T + "test_compare.py::-k show_everything",),
+        "a comparison at --log_level info stays quiet (only debug shows everything)",
+    ),
+    Mutation(
+        P + "tasks/common/data.py",
+        "    if examples is None or len(examples) == 0:",
+        "    if examples is None:",
+        (T + "test_mlm.py::-k full_blocks_in_order",),
+        "the mean length of an empty set divides by zero",
+    ),
+    Mutation(
+        P + "tasks/mlm/compare.py",
         "    if process.exitcode == INTERRUPTED_STATUS:",
         "    if process.exitcode == -INTERRUPTED_STATUS:",
         (T + "test_run_output.py::-k interrupted_alone",),
