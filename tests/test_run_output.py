@@ -381,7 +381,8 @@ def test_mlm_says_how_many_tokens_do_not_fill_a_block(files, tmp_path, caplog, m
 def test_encode_onnx_counts_the_texts_it_truncates(built_once, tmp_path, caplog):
     """encode_onnx.py --max_length 100 on texts of 450, 30 and 200 tokens warns that 2 of 3 were
     truncated and that the model reads up to 512; taking the advice (--max_length 512) truncates none
-    and the rows of the long texts change."""
+    and the rows of the long texts change. A text longer than the model's 512 is truncated at its limit,
+    and the warning advises no larger max_length."""
     import numpy as np
 
     onnx_tests = pytest.importorskip("test_onnx_encode")
@@ -390,7 +391,7 @@ def test_encode_onnx_counts_the_texts_it_truncates(built_once, tmp_path, caplog)
     export = built_once("onnx_encode_embedder", onnx_tests.build_embedder) / "onnx"
     texts = onnx_tests.texts_of([450, 30, 200])
 
-    def encoded(max_length):
+    def encoded(max_length, texts=texts):
         path = tmp_path / f"rows{max_length}.npy"
         encode_cli.main(["--export_dir", str(export), "--output_file", str(path), "--max_length", str(max_length),
                          "--texts", *texts])  # fmt: skip
@@ -411,6 +412,9 @@ def test_encode_onnx_counts_the_texts_it_truncates(built_once, tmp_path, caplog)
     assert warnings() == []
     np.testing.assert_allclose(whole[1], short[1], atol=1e-5)
     assert not np.allclose(whole[[0, 2]], short[[0, 2]], atol=1e-3)
+    caplog.clear()
+    encoded(512, onnx_tests.texts_of([600, 30]))
+    assert warnings() == ["1 of 2 texts were longer than max_length=512 tokens, truncated (the model's limit)"]
 
 
 # ---- a Hub id that cannot be downloaded ----------------------------------------------------------------

@@ -421,4 +421,11 @@ MUTATIONS: list[Mutation] = [
         (T + "test_flags_data.py::-k padding_free_packs and wikihop",),
         "finetune_wikihop.py --padding_free ignored by the collator",
     ),
+    Mutation(
+        P + "tasks/glue.py",
+        "        local = [self.train_file, self.validation_file, *self.local_files().values()]",
+        "        local = [self.train_file, self.validation_file]",
+        (T + "test_glue.py::-k data_arguments_are_checked",),
+        "--task_name with only a local test file reads the Hub's GLUE instead",
+    ),
 ]

@@ -109,4 +109,26 @@ MUTATIONS: list[Mutation] = [
         (T + "test_repeatable_runs.py",),
         "masks drawn from an unseeded generator: the same command gives other numbers",
     ),
+    # ---- found by a blind set of bugs (issue 45, item 3) ------------------------------------------------
+    Mutation(
+        P + "hub/card.py",
+        'args={"data_files": own[0] if len(own) == 1 else own})',
+        'args={"data_files": own})',
+        (LOCAL_CARD,),
+        "the model-index's data_files of one local file is a one-item list, not the file the card names",
+    ),
+    Mutation(
+        P + "hub/card.py",
+        "    if dataset_name:\n        return {\"dataset_name\": dataset_name",
+        "    if dataset_config_name:\n        return {\"dataset_name\": dataset_name",
+        (REFUSED,),
+        "--dataset_name without --dataset_config_name is not taken as the results' data",
+    ),
+    Mutation(
+        P + "hub/export.py",
+        "    if results_file:  # the results",
+        "    if results_file and dataset_name:  # the results",
+        (REFUSED,),
+        "a results file of unknown data is refused only after the model is loaded",
+    ),
 ]

@@ -480,4 +480,11 @@ MUTATIONS: list[Mutation] = [
         (T + "test_onnx_encode.py::test_int8_model_is_written_loads_and_is_close",),
         "int8 weights use the full 8 bits, which saturate on x86 CPUs without VNNI",
     ),
+    Mutation(
+        P + "serving/encoding.py",
+        'if max_length < limit else "the model\'s limit"',
+        'if max_length <= limit else "the model\'s limit"',
+        (T + "test_run_output.py::-k counts_the_texts_it_truncates",),
+        "texts truncated at the model's own limit are told a larger max_length would keep more",
+    ),
 ]
