@@ -21,15 +21,19 @@ SEQ = 64
 STEPS, EVERY = 4, 2
 
 
-@pytest.fixture(scope="module")
-def workspace(tmp_path_factory):
+def write_workspace(root):
     """A tiny sentence encoder without an MLM head (as all-MiniLM-L6-v2) and real news text."""
-    root = tmp_path_factory.mktemp("compare")
-    train, validation = write_news_files(str(root))
+    write_news_files(str(root))
     T.set_seed(0)
     T.AutoModel.from_config(tiny_config()).save_pretrained(root / "encoder")
     small_tokenizer().save_pretrained(root / "encoder")
-    return {"root": root, "train": train, "validation": validation, "model": str(root / "encoder")}
+
+
+@pytest.fixture(scope="module")
+def workspace(built_once):
+    """:func:`write_workspace`'s files (read-only: shared by the workers)."""
+    root = built_once("compare_workspace", write_workspace)
+    return {"train": str(root / "train.txt"), "validation": str(root / "validation.txt"), "model": str(root / "encoder")}
 
 
 def arguments(workspace, output_dir, *extra):
@@ -39,23 +43,28 @@ def arguments(workspace, output_dir, *extra):
         "--validation_file", workspace["validation"], "--max_seq_length", str(SEQ), "--max_steps", str(STEPS),
         "--eval_steps", str(EVERY), "--head_warmup_steps", "2", "--per_device_train_batch_size", "4",
         "--per_device_eval_batch_size", "8", "--max_eval_samples", "8", "--learning_rate", "5e-3",
-        "--save_total_limit", "2", "--output_dir", str(output_dir), "--report_to", "none",
-        "--disable_tqdm", "true", "--seed", "7", *extra,
+        "--save_total_limit", "2", "--output_dir", str(output_dir), "--report_to", "none", "--seed", "7", *extra,
     ]  # fmt: skip
 
 
 @pytest.fixture(scope="module")
-def finished(workspace):
-    """One whole tiny comparison, shared by the tests that read it."""
-    out = workspace["root"] / "out"
-    rows = main(arguments(workspace, out))
-    return out, rows
+def finished(workspace, built_once):
+    """One whole tiny comparison, run as a user runs scripts/compare_methods.py (its own process, a
+    terminal's process group), shared by the tests that read its folder, results and printed lines
+    (test_run_output reads these)."""
+    from test_run_output import run_as_a_user
+
+    def run(folder):
+        status, lines = run_as_a_user("compare_methods", arguments(workspace, folder / "out"))
+        assert status == 0, "\n".join(lines)[-3000:]
+        (folder / "printed.txt").write_text("\n".join(lines))
+
+    folder = built_once("tiny_comparison", run)
+    return folder / "out", read_rows(folder / "out" / "results.csv")
 
 
 def test_a_tiny_comparison_writes_its_csv_plot_and_summary(finished):
-    out, rows = finished
-    saved = read_rows(out / "results.csv")
-    assert saved == rows
+    out, saved = finished
     assert list(saved[0]) == ["method", "step", "seconds", "eval_loss", "eval_accuracy", "peak_memory_mb"]
     for method in ("softmax", "linformer"):
         mine = [row for row in saved if row["method"] == method]

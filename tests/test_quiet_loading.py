@@ -65,6 +65,33 @@ def test_a_new_task_head_is_one_line_and_a_body_difference_the_full_report(mlm_f
     assert not [r for r in caplog.records if r.name == "hf_efficient_attn.tasks"]
 
 
+def test_a_sentence_encoder_into_a_masked_lm_is_one_line_without_the_tying_warning(transformers_log, caplog):
+    """all-MiniLM-L6-v2 (no MLM head) loaded for masked-LM training, as pretrain_mlm.py and a comparison's
+    head warm-up load it: one line says the head is new; neither the LOAD REPORT table nor Transformers'
+    "This checkpoint seem corrupted" warning about the new head's tied bias."""
+    caplog.set_level(logging.INFO, logger="hf_efficient_attn.tasks")
+    load_model(ModelArguments(model_name_or_path=str(minilm_path())), hea.AutoModelForMaskedLM)
+    printed = "\n".join(transformers_log)
+    assert "LOAD REPORT" not in printed and "seem corrupted" not in printed, printed
+    (line,) = [r.getMessage() for r in caplog.records if r.name == "hf_efficient_attn.tasks"]
+    assert "initialised new cls" in line
+
+
+def test_a_methods_own_new_parameters_are_one_line(mlm_folder, transformers_log, caplog):
+    """A checkpoint saved without Linformer loaded with it (pretrain_mlm.py --attn_impl linformer, a
+    comparison's linformer run): its projections are new, said in one line that names them, no LOAD
+    REPORT table; with a layer the checkpoint lacks besides, the full report."""
+    caplog.set_level(logging.INFO, logger="hf_efficient_attn.tasks")
+    model = load_model(ModelArguments(model_name_or_path=mlm_folder, attn_impl="linformer"), hea.AutoModelForMaskedLM)
+    assert not [message for message in transformers_log if "LOAD REPORT" in message]
+    own = sorted({name.split(".efficient_attn.")[1] for name, _ in model.named_parameters() if ".efficient_attn." in name})
+    (line,) = [r.getMessage() for r in caplog.records if r.name == "hf_efficient_attn.tasks"]
+    assert own and f"initialised linformer's own parameters {', '.join(own)} (" in line
+    load_with_new_head(hea.AutoModelForMaskedLM, mlm_folder, attn_impl="linformer", num_hidden_layers=7)
+    (report,) = [message for message in transformers_log if "LOAD REPORT" in message]
+    assert "encoder.layer.6" in report
+
+
 def test_sentence_transformers_loads_a_quickstart_folder_without_missing_weights(mlm_folder, transformers_log):
     """all-MiniLM-L6-v2's sentence-transformers pipeline copied beside a masked-LM model (as the
     quickstart's convert and MLM steps do) builds on it: no pooler reported missing, and the embedding

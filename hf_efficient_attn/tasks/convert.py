@@ -20,7 +20,6 @@ examples:
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Sequence
 
@@ -37,7 +36,7 @@ from ..integration.auto import chosen_method
 from ..integration.bridge import SELF_ATTENTION_CLASSES
 from ..integration.patching import patch_model
 from ..integration.positions import check_max_length, extend_position_embeddings, max_tokens
-from .common.loading import HeldBackLoadReport, expected_differences
+from .common.loading import HeldBackLoadReport
 from .common.provenance import source_record, write_provenance
 from .common.sentence_pipeline import copy_pipeline
 
@@ -83,22 +82,6 @@ class ConversionReport:
         return lines
 
 
-class _HeldBackTyingWarnings(HeldBackLoadReport):
-    """Holds back Transformers' "This checkpoint seem corrupted" warnings of a load. A checkpoint
-    without an MLM head (a sentence encoder) gives one for the head's tied bias, missing like the
-    rest of the head, which the report lists as new; :meth:`release` lets the others through."""
-
-    def __init__(self) -> None:
-        super().__init__("seem corrupted")
-
-    def release(self, unless_about: list[str]) -> None:
-        """Emit the held warnings, except those whose tied tensors are all in ``unless_about``."""
-        for record in self.records:
-            tied = re.search(r"tie (\S+) to (\S+),", record.getMessage())
-            if tied is None or not set(tied.groups()) <= set(unless_about):
-                self.logger.handle(record)
-
-
 def convert_to_long(
     model_name_or_path: str,
     max_length: int = 4096,
@@ -139,17 +122,15 @@ def convert_to_long(
         raise ValueError(f"unsupported model type {config.model_type!r}; supported: {', '.join(sorted(SELF_ATTENTION_CLASSES))}")
     choice = chosen_method(config, attn_impl, attn_config)
     # Plain Transformers loads the weights; the method is attached after the extension (see above).
-    held_back, load_report = _HeldBackTyingWarnings(), HeldBackLoadReport()
-    with torch.random.fork_rng(), held_back, load_report:  # a new head's init is seeded; the caller's generator is restored
+    held_back = HeldBackLoadReport()
+    with torch.random.fork_rng(), held_back:  # a new head's init is seeded; the caller's generator is restored
         torch.manual_seed(seed)
         model, loading_info = AutoModelForMaskedLM.from_pretrained(
             model_name_or_path, config=config, output_loading_info=True, **hub_kwargs
         )
+    held_back.release(model, loading_info)  # the expected ones: the report's "MLM head" line says them
     prefix = model.base_model_prefix + "."
     new_head = sorted(k for k in loading_info["missing_keys"] if not k.startswith(prefix))
-    held_back.release(unless_about=new_head)
-    if expected_differences(model, loading_info) is None:  # else the report's "MLM head" line says it
-        load_report.release()
     tokens_before = max_tokens(config)
     if max_length > tokens_before:  # a table as long or longer is kept (e.g. Longformer's 4096)
         extend_position_embeddings(model, max_length)

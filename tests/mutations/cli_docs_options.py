@@ -93,17 +93,38 @@ MUTATIONS: list[Mutation] = [
     # ---- quiet loading ---------------------------------------------------------------------------------------------
     Mutation(
         P + "tasks/convert.py",
-        "if expected_differences(model, loading_info) is None:",
-        "if True:",
+        "    held_back.release(model, loading_info)",
+        "    held_back.release()",
         (T + "test_quiet_loading.py::-k convert",),
         "convert_to_long prints Transformers' LOAD REPORT for its new MLM head",
     ),
     Mutation(
         P + "tasks/common/loading.py",
-        "    if line is None:\n        held.release()",
-        "    if True:\n        held.release()",
+        "    held.release(model, info)\n",
+        "    held.release()\n",
         (T + "test_quiet_loading.py::-k task_head",),
         "a new task head prints the LOAD REPORT table",
+    ),
+    Mutation(
+        P + "tasks/common/loading.py",
+        "    return key.split(marker, 1)[1] if marker in key else None",
+        "    return None",
+        (T + "test_quiet_loading.py::-k own_new_parameters",),
+        "a checkpoint loaded with Linformer prints the LOAD REPORT table of its new projections",
+    ),
+    Mutation(
+        P + "tasks/common/loading.py",
+        "    return tied is not None and set(tied.groups()) <= new_head",
+        "    return False",
+        (T + "test_quiet_loading.py::-k tying_warning",),
+        "a sentence encoder loaded for masked-LM training is called a corrupted checkpoint (its new head's tied bias)",
+    ),
+    Mutation(
+        P + "tasks/common/trainer.py",
+        "self.state.best_model_checkpoint, use_mtime=False)",
+        "self.state.best_model_checkpoint, use_mtime=True)",
+        (T + "test_run_output.py::-k short_comparison and None",),
+        "checkpoints less than a second apart warn that mtime is unreliable at every rotation",
     ),
     Mutation(
         P + "tasks/common/loading.py",

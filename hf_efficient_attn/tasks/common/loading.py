@@ -1,26 +1,34 @@
 """Loading a checkpoint into a model with another head, without Transformers' LOAD REPORT table
-when the differences are the expected ones (a new head, another head left out): one line says
-what was initialised and why; any other difference keeps the full report."""
+when the differences are the expected ones (a new head, another head left out, the attention
+method's own new parameters): one line says what was initialised and why; any other difference
+keeps the full report. Transformers' "seem corrupted" warning about a tied pair that is missing
+because it belongs to the new head (an MLM head's bias) is held back with it."""
 
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any
 
 from transformers import PreTrainedModel
 from transformers.utils import logging as hf_logging
 
+from ...methods.base import METHOD_ATTRIBUTE
+
 #: The logger that Transformers' ``from_pretrained`` reports the loaded keys on.
 _LOADING_LOGGER = "transformers.modeling_utils"
+#: The phrases of the warnings a load holds back: the key report, and a tied pair missing from the checkpoint.
+LOAD_REPORT, MISSING_TIED_PAIR = "LOAD REPORT", "seem corrupted"
 
 
 class HeldBackLoadReport(logging.Filter):
     """Within the block, holds back the warnings of Transformers' loading logger whose message
-    contains one of ``phrases`` (by default its LOAD REPORT table); :meth:`release` emits them."""
+    contains one of ``phrases`` (by default its LOAD REPORT table and its missing-tied-pair warning);
+    :meth:`release` emits them."""
 
     def __init__(self, *phrases: str) -> None:
         super().__init__()
-        self.phrases = phrases or ("LOAD REPORT",)
+        self.phrases = phrases or (LOAD_REPORT, MISSING_TIED_PAIR)
         self.records: list[logging.LogRecord] = []
         self.logger = hf_logging.get_logger(_LOADING_LOGGER)
 
@@ -37,9 +45,12 @@ class HeldBackLoadReport(logging.Filter):
     def __exit__(self, *exc: object) -> None:
         self.logger.removeFilter(self)
 
-    def release(self) -> None:
+    def release(self, model: PreTrainedModel | None = None, info: dict[str, Any] | None = None) -> None:
+        """Emit the held warnings; given the load's ``model`` and ``info`` (``output_loading_info``), only
+        those :func:`expected_differences` does not explain."""
         for record in self.records:
-            self.logger.handle(record)
+            if model is None or not explained(record, model, info):
+                self.logger.handle(record)
         self.records.clear()
 
 
@@ -55,21 +66,43 @@ def _head_of(model: PreTrainedModel, key: str) -> str | None:
     return first
 
 
+def _method_parameter(key: str) -> str | None:
+    """The name of the attention method's own parameter ``key`` is (Linformer's ``e_proj``), else ``None``."""
+    marker = f".{METHOD_ATTRIBUTE}."
+    return key.split(marker, 1)[1] if marker in key else None
+
+
 def expected_differences(model: PreTrainedModel, info: dict[str, Any]) -> str | None:
-    """One line naming the new and the unused heads of a load (``output_loading_info``), or
-    ``None`` when a difference touches the encoder's body or a shape (the full report is due)."""
+    """One line naming the new and the unused heads of a load (``output_loading_info``) and the
+    attention method's new parameters (a checkpoint saved without the method has none), or ``None``
+    when a difference touches the rest of the encoder's body or a shape (the full report is due)."""
     if info.get("mismatched_keys") or info.get("error_msgs"):
         return None
-    new = {_head_of(model, key) for key in info["missing_keys"]}
+    method_new = sorted({name for name in map(_method_parameter, info["missing_keys"]) if name})
+    new = {_head_of(model, key) for key in info["missing_keys"] if not _method_parameter(key)}
     unused = {_head_of(model, key) for key in info["unexpected_keys"]}
     if None in new or None in unused:
         return None
     parts = []
     if new:
         parts.append(f"initialised new {', '.join(sorted(new))} (not in the checkpoint: trained from here)")
+    if method_new:
+        method = getattr(model.config, "attn_impl", None)
+        parts.append(f"initialised {method}'s own parameters {', '.join(method_new)} (not in the checkpoint: trained from here)")
     if unused:
         parts.append(f"left out the checkpoint's {', '.join(sorted(unused))} (no part of this model)")
     return "; ".join(parts) or None
+
+
+def explained(record: logging.LogRecord, model: PreTrainedModel, info: dict[str, Any]) -> bool:
+    """Whether a held-back warning of a load says only what :func:`expected_differences` says: the
+    LOAD REPORT table of expected differences, or a tied pair missing because both are new head tensors."""
+    message = record.getMessage()
+    if LOAD_REPORT in message:
+        return expected_differences(model, info) is not None
+    tied = re.search(r"tie (\S+) to (\S+),", message)
+    new_head = {key for key in info["missing_keys"] if _head_of(model, key) is not None}
+    return tied is not None and set(tied.groups()) <= new_head
 
 
 def load_with_new_head(auto_class: type, name_or_path: str, **kwargs: Any) -> PreTrainedModel:
@@ -80,8 +113,7 @@ def load_with_new_head(auto_class: type, name_or_path: str, **kwargs: Any) -> Pr
     with held:
         model, info = auto_class.from_pretrained(name_or_path, output_loading_info=True, **kwargs)
     line = expected_differences(model, info)
-    if line is None:
-        held.release()
-    elif held.records:
+    if line is not None and held.records:
         logging.getLogger("hf_efficient_attn.tasks").info(f"{type(model).__name__} from {name_or_path}: {line}")
+    held.release(model, info)
     return model

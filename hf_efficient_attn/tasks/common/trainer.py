@@ -34,7 +34,9 @@ class CrashSafeTrainer(Trainer):
             run_dir = self._get_output_dir(trial=trial)
             step = self.state.global_step
             mark_complete(os.path.join(run_dir, f"{PREFIX_CHECKPOINT_DIR}-{step}"), step)
-            rotate_checkpoints(run_dir, limit, self.state.best_model_checkpoint, use_mtime=True)
+            # By step, the order resuming reads them in (Trainer's order by mtime falls back to it, with a
+            # warning, whenever two checkpoints are less than a second apart).
+            rotate_checkpoints(run_dir, limit, self.state.best_model_checkpoint, use_mtime=False)
 
     def _run_epoch(self, *args: Any, **kwargs: Any) -> None:
         # Resumed from the checkpoint of the last step (a kill during the final save or evaluation),
