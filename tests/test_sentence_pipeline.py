@@ -44,6 +44,27 @@ def test_stretching_keeps_the_pipeline_and_its_embeddings(stretched):
     torch.testing.assert_close(ours.norm(dim=-1), torch.ones(len(SHORT)))
 
 
+def test_prompts_and_similarity_are_kept(tmp_path):
+    """A sentence encoder whose config_sentence_transformers.json names prompts, a default prompt and a
+    similarity function (as retrieval models do) keeps them stretched: the same encoder settings, the
+    same embeddings of a query below the original length with exact attention."""
+    source = tmp_path / "source"
+    source.mkdir()
+    for name in os.listdir(minilm_path()):
+        (source / name).symlink_to(minilm_path() / name)
+    (source / "config_sentence_transformers.json").unlink()
+    settings = {"prompts": {"query": "query: ", "passage": "passage: "}, "default_prompt_name": "query",
+                "similarity_fn_name": "dot"}  # fmt: skip
+    (source / "config_sentence_transformers.json").write_text(json.dumps(settings))
+    convert_to_long(str(source), 1024, "softmax", output_dir=str(tmp_path / "long"))
+    ours, original = encoder(tmp_path / "long"), encoder(source)
+    assert (ours.prompts, ours.default_prompt_name, ours.similarity_fn_name) == (
+        original.prompts, "query", "dot")  # fmt: skip
+    assert original.prompts["query"] == "query: "
+    torch.testing.assert_close(ours.encode(SHORT, convert_to_tensor=True), original.encode(SHORT, convert_to_tensor=True),
+                               atol=1e-5, rtol=1e-5)  # fmt: skip
+
+
 def test_a_long_document_runs_the_method(stretched):
     """A document of about 500 tokens: the mra2 folder's encoder runs mra2 in every layer and gives a
     unit-length embedding that differs from exact attention's."""

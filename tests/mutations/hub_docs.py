@@ -131,4 +131,11 @@ MUTATIONS: list[Mutation] = [
         (REFUSED,),
         "a results file of unknown data is refused only after the model is loaded",
     ),
+    Mutation(
+        P + "tasks/common/sentence_pipeline.py",
+        "    for name in (MODULES_FILE, VERSIONS_FILE):",
+        "    for name in (MODULES_FILE,):",
+        (T + "test_sentence_pipeline.py::-k prompts",),
+        "a stretched sentence encoder loses its prompts and similarity function (config_sentence_transformers.json)",
+    ),
 ]
