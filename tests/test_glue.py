@@ -285,6 +285,8 @@ def test_data_arguments_are_checked(workspace, tmp_path):
             GlueDataArguments(task_name="rte", max_predict_samples=bad)
     hub = GlueDataArguments(task_name="QNLI")  # no local file: the Hub's GLUE
     assert (hub.task_name, hub.dataset_name, hub.dataset_config_name) == ("qnli", "nyu-mll/glue", "qnli")
+    with pytest.raises(ValueError, match="give a dataset: --dataset_name NAME"):  # not the task's Hub config instead
+        GlueDataArguments(task_name="mnli", dataset_config_name="ax")
     for flags in (["test_file"], ["test_file", "test_mismatched_file"]):  # predict-only from local files: no Hub
         local = GlueDataArguments(task_name="mnli", **dict.fromkeys(flags, files["mrpc"]["validation"]))
         assert local.dataset_name is None and local.dataset_config_name is None, flags

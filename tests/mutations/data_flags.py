@@ -428,4 +428,11 @@ MUTATIONS: list[Mutation] = [
         (T + "test_glue.py::-k data_arguments_are_checked",),
         "--task_name with only a local test file reads the Hub's GLUE instead",
     ),
+    Mutation(
+        P + "tasks/glue.py",
+        "self.dataset_name is None and self.dataset_config_name is None and not any(local)",
+        "self.dataset_name is None and not any(local)",
+        (T + "test_glue.py::-k data_arguments_are_checked",),
+        "--task_name mnli --dataset_config_name ax reads the Hub's mnli config instead, silently",
+    ),
 ]
