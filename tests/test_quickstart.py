@@ -221,3 +221,15 @@ def test_the_method_and_its_options_reach_the_run(monkeypatch):
             "finetune_epochs": 2,
         }
     ]
+
+
+def test_the_steps_log_what_the_scripts_log_at_info(tmp_path):
+    """The training steps' flags, parsed as their scripts parse them: Trainer's and the libraries' info
+    lines reach the full log (the scripts' default, passive, leaves them out), Trainer's own bars do not
+    (the terminal gets the quickstart's); the slow quickstart test reads that log."""
+    import logging
+
+    from transformers import HfArgumentParser, TrainingArguments
+
+    (args,) = HfArgumentParser(TrainingArguments).parse_args_into_dataclasses(quickstart._trainer_flags(str(tmp_path)))
+    assert args.get_process_log_level() == logging.INFO and args.disable_tqdm

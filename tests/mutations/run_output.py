@@ -332,4 +332,11 @@ MUTATIONS: list[Mutation] = [
         (T + "test_flags_data.py::-k would_be_ignored and wikihop",),
         "WikiHop --pad_to_max_length silently ignored with --padding_free",
     ),
+    Mutation(
+        P + "tools/quickstart.py",
+        '"disable_tqdm": True, "log_level": "info"}',
+        '"disable_tqdm": True, "log_level": "passive"}',
+        (T + "test_quickstart.py::-k steps_log",),
+        "the quickstart's full log holds none of Trainer's lines (its steps run at the scripts' quiet default)",
+    ),
 ]
