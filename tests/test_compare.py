@@ -29,11 +29,15 @@ def write_workspace(root):
     small_tokenizer().save_pretrained(root / "encoder")
 
 
+def workspace_files(root):
+    """The files :func:`write_workspace` wrote in ``root``."""
+    return {"train": str(root / "train.txt"), "validation": str(root / "validation.txt"), "model": str(root / "encoder")}
+
+
 @pytest.fixture(scope="module")
 def workspace(built_once):
     """:func:`write_workspace`'s files (read-only: shared by the workers)."""
-    root = built_once("compare_workspace", write_workspace)
-    return {"train": str(root / "train.txt"), "validation": str(root / "validation.txt"), "model": str(root / "encoder")}
+    return workspace_files(built_once("compare_workspace", write_workspace))
 
 
 def arguments(workspace, output_dir, *extra):

@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 from glue_fixtures import write_task_files
-from test_compare import arguments, workspace  # noqa: F401  (the fixture of the comparison tests)
+from test_compare import arguments, workspace_files, write_workspace
 from test_quickstart import SETTINGS, _again, fake_steps  # noqa: F401  (fake_steps: a fixture)
 from training_fixtures import Captured, capture_trainer, save_tiny_mlm, write_news_files
 from wikihop_fixtures import save_tiny_encoder, write_files
@@ -43,6 +43,12 @@ def compare_until_training(monkeypatch, argv):
     stop_before_training(monkeypatch)
     with pytest.raises(Stopped):
         compare.main(argv)
+
+
+@pytest.fixture(scope="module")
+def workspace(built_once, tmp_path_factory):
+    """test_compare's files (shared, read-only) and ``root``, a folder of this module's own to write in."""
+    return {**workspace_files(built_once("compare_workspace", write_workspace)), "root": tmp_path_factory.mktemp("reruns")}
 
 
 @pytest.fixture(scope="module")

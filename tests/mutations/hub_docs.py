@@ -119,8 +119,8 @@ MUTATIONS: list[Mutation] = [
     ),
     Mutation(
         P + "hub/card.py",
-        "    if dataset_name:\n        return {\"dataset_name\": dataset_name",
-        "    if dataset_config_name:\n        return {\"dataset_name\": dataset_name",
+        '    if dataset_name:\n        return {"dataset_name": dataset_name',
+        '    if dataset_config_name:\n        return {"dataset_name": dataset_name',
         (REFUSED,),
         "--dataset_name without --dataset_config_name is not taken as the results' data",
     ),
