@@ -93,15 +93,15 @@ MUTATIONS: list[Mutation] = [
     # ---- quiet loading ---------------------------------------------------------------------------------------------
     Mutation(
         P + "tasks/convert.py",
-        "    held_back.release(model, loading_info)",
-        "    held_back.release()",
+        "    with torch.random.fork_rng(), held_back:",
+        "    with torch.random.fork_rng():",
         (T + "test_quiet_loading.py::-k convert",),
         "convert_to_long prints Transformers' LOAD REPORT for its new MLM head",
     ),
     Mutation(
         P + "tasks/common/loading.py",
-        "    held.release(model, info)\n",
-        "    held.release()\n",
+        "            if not explained(record, model, info):",
+        "            if True:",
         (T + "test_quiet_loading.py::-k task_head",),
         "a new task head prints the LOAD REPORT table",
     ),

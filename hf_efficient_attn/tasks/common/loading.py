@@ -22,18 +22,17 @@ LOAD_REPORT, MISSING_TIED_PAIR = "LOAD REPORT", "seem corrupted"
 
 
 class HeldBackLoadReport(logging.Filter):
-    """Within the block, holds back the warnings of Transformers' loading logger whose message
-    contains one of ``phrases`` (by default its LOAD REPORT table and its missing-tied-pair warning);
-    :meth:`release` emits them."""
+    """Within the block, holds back the warnings of Transformers' loading logger about the loaded keys
+    (its LOAD REPORT table, its missing-tied-pair warning); :meth:`release` emits those a load's expected
+    differences do not explain."""
 
-    def __init__(self, *phrases: str) -> None:
+    def __init__(self) -> None:
         super().__init__()
-        self.phrases = phrases or (LOAD_REPORT, MISSING_TIED_PAIR)
         self.records: list[logging.LogRecord] = []
         self.logger = hf_logging.get_logger(_LOADING_LOGGER)
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if any(phrase in record.getMessage() for phrase in self.phrases):
+        if any(phrase in record.getMessage() for phrase in (LOAD_REPORT, MISSING_TIED_PAIR)):
             self.records.append(record)
             return False
         return True
@@ -45,11 +44,11 @@ class HeldBackLoadReport(logging.Filter):
     def __exit__(self, *exc: object) -> None:
         self.logger.removeFilter(self)
 
-    def release(self, model: PreTrainedModel | None = None, info: dict[str, Any] | None = None) -> None:
-        """Emit the held warnings; given the load's ``model`` and ``info`` (``output_loading_info``), only
-        those :func:`expected_differences` does not explain."""
+    def release(self, model: PreTrainedModel, info: dict[str, Any]) -> None:
+        """Emit the held warnings of the load of ``model`` (``info``: its ``output_loading_info``) that
+        :func:`expected_differences` does not explain."""
         for record in self.records:
-            if model is None or not explained(record, model, info):
+            if not explained(record, model, info):
                 self.logger.handle(record)
         self.records.clear()
 
