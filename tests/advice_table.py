@@ -377,7 +377,7 @@ ADVICE_TESTS = {
     P + "tasks/mlm/compare.py::run_comparison: run the comparison as one process (each method gets its own), not under "
     "torchrun": TA + "test_comparison_flags_advice",
     # slow: the interrupted method resumed by the same command
-    P + "tasks/mlm/compare.py::run_in_own_process: rerun the same command to resume it": "tests/test_compare.py::"
+    P + "tasks/mlm/compare_stage.py::run_in_own_process: rerun the same command to resume it": "tests/test_compare.py::"
     "test_a_rerun_skips_finished_methods_and_resumes_an_interrupted_one",
     # (the resume branch, in the slow tier: test_run_output.py::test_ctrl_c_in_a_comparison_is_one_line_and_rerunning_resumes)
     P + "tasks/mlm/compare.py::rerun_advice: rerun the same command: finished methods are skipped and {}": "tests/"

@@ -48,9 +48,17 @@ def checkpoint_settings() -> list[str]:
     return [ast.literal_eval(call.args[0]) for call in calls(body, "get") if ast.unparse(call.func) == "saved.get"]
 
 
+#: Modules beside a script's main module that its runs train in (a comparison's stages, each in its own process).
+STAGE_MODULES = {"compare_methods": (COMPARE + "_stage",)}
+
+
 def resuming_scripts() -> list[str]:
     """The scripts that train through ``train_and_save`` (which resumes only a checkpoint of the same method)."""
-    return sorted(script for script, target in SCRIPT_MAINS.items() if any(calls(syntax_tree(target), "train_and_save")))
+    return sorted(
+        script
+        for script, target in SCRIPT_MAINS.items()
+        if any(any(calls(syntax_tree(module), "train_and_save")) for module in (target, *STAGE_MODULES.get(script, ())))
+    )
 
 
 def quickstart_settings() -> list[str]:

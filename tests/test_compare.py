@@ -12,9 +12,10 @@ import transformers as T
 from safetensors.torch import load_file
 from training_fixtures import small_tokenizer, tiny_config, write_news_files
 
-from hf_efficient_attn.tasks.mlm import compare
-from hf_efficient_attn.tasks.mlm.compare import DONE_MARKER, START_WEIGHTS, main, read_json, tensor_hashes
+from hf_efficient_attn.tasks.mlm import compare, compare_stage
+from hf_efficient_attn.tasks.mlm.compare import main
 from hf_efficient_attn.tasks.mlm.compare_report import read_rows, recommendation
+from hf_efficient_attn.tasks.mlm.compare_stage import DONE_MARKER, START_WEIGHTS, read_json, tensor_hashes
 from hf_efficient_attn.utils.cli_errors import run_cli
 
 SEQ = 64
@@ -262,4 +263,4 @@ def test_the_recommendation_is_the_fastest_method_within_a_point(others, expecte
 def test_info_and_debug_show_everything(log_level, everything, tmp_path):
     """--log_level info or debug: the method runs print all that Trainer and the libraries print; a
     quieter level (and the default, passive): their progress and warnings only."""
-    assert compare.shows_everything(T.TrainingArguments(str(tmp_path), log_level=log_level)) is everything
+    assert compare_stage.shows_everything(T.TrainingArguments(str(tmp_path), log_level=log_level)) is everything

@@ -25,7 +25,7 @@ from wikihop_fixtures import SHORT, save_tiny_encoder, write_files
 
 from hf_efficient_attn.tasks import glue
 from hf_efficient_attn.tasks.common.masking import DeterministicallyMaskedDataset
-from hf_efficient_attn.tasks.mlm import compare, pretrain
+from hf_efficient_attn.tasks.mlm import compare, compare_stage, pretrain
 from hf_efficient_attn.tasks.wikihop import finetune as wikihop
 from hf_efficient_attn.tasks.wikihop.data import ChunkEncoder, add_markers
 from hf_efficient_attn.tasks.wikihop.qangaroo import synthetic_examples
@@ -64,7 +64,7 @@ def captured(monkeypatch, module, arguments):
     """What ``module.main(arguments)`` would give its Trainer (compare_methods: its first method's
     run, in this process)."""
     capture_trainer(monkeypatch)
-    monkeypatch.setattr(compare, "run_in_own_process", compare.run_stage)
+    monkeypatch.setattr(compare, "run_in_own_process", compare_stage.run_stage)
     with pytest.raises(Captured) as caught:
         module.main(arguments)
     return caught.value.kwargs
@@ -498,9 +498,9 @@ def stage_datasets(monkeypatch, stage):
     def record(model, training_args, tokenizer, train_set, eval_set, callbacks=(), padding_free=False):
         raise Captured({"train_dataset": train_set, "eval_dataset": eval_set, "padding_free": padding_free})
 
-    monkeypatch.setattr(compare, "mlm_trainer", record)
+    monkeypatch.setattr(compare_stage, "mlm_trainer", record)
     with pytest.raises(Captured) as caught:
-        compare.run_stage(stage)
+        compare_stage.run_stage(stage)
     return caught.value.kwargs
 
 

@@ -25,7 +25,7 @@ from hf_efficient_attn.integration.auto import _EfficientAutoModel
 from hf_efficient_attn.tasks import glue
 from hf_efficient_attn.tasks.common import driver
 from hf_efficient_attn.tasks.convert import main as convert_main
-from hf_efficient_attn.tasks.mlm import compare, pretrain
+from hf_efficient_attn.tasks.mlm import compare, compare_stage, pretrain
 from hf_efficient_attn.tasks.wikihop import finetune as wikihop
 
 MAINS = {"pretrain_mlm": pretrain.main, "finetune_glue": glue.main, "finetune_wikihop": wikihop.main,
@@ -106,7 +106,7 @@ def run_until_trainer(script, argv, monkeypatch) -> Stopped:
             raise Stopped(stage, self, kwargs)
 
         monkeypatch.setattr(T.Trainer, stage, stop)
-    monkeypatch.setattr(compare, "run_in_own_process", compare.run_stage)
+    monkeypatch.setattr(compare, "run_in_own_process", compare_stage.run_stage)
     with pytest.raises(Stopped) as stopped:
         MAINS[script](argv)
     return stopped.value

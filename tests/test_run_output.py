@@ -34,7 +34,7 @@ from training_fixtures import (
 from transformers import TrainerCallback
 
 from hf_efficient_attn.tasks.convert import main as convert_main
-from hf_efficient_attn.tasks.mlm import compare, pretrain
+from hf_efficient_attn.tasks.mlm import compare, compare_stage, pretrain
 from hf_efficient_attn.utils.cli_errors import DEBUG_VARIABLE, INTERRUPTED_STATUS, run_cli
 
 #: The most lines a short training run may print by default.
@@ -268,7 +268,7 @@ def test_ctrl_c_in_a_comparison_is_one_line_and_rerunning_resumes(files, tmp_pat
     )
 
     caplog.set_level(logging.WARNING, logger="hf_efficient_attn.tasks")
-    monkeypatch.setattr(compare, "run_in_own_process", compare.run_stage)  # the stages in this process
+    monkeypatch.setattr(compare, "run_in_own_process", compare_stage.run_stage)  # the stages in this process
     rows = compare.main(arguments)
     assert f"softmax: finished before, skipped ({out / 'softmax'})" in capsys.readouterr().out
     assert f"resuming from {checkpoint}, the last complete checkpoint" in caplog.text
@@ -284,10 +284,10 @@ def test_ctrl_c_ends_a_comparisons_method_process_quietly(monkeypatch):
     def interrupted_stage(stage):
         raise KeyboardInterrupt("rerun the same command to resume from checkpoint-2")
 
-    monkeypatch.setattr(compare, "run_stage", interrupted_stage)
+    monkeypatch.setattr(compare_stage, "run_stage", interrupted_stage)
     receiver, sender = multiprocessing.Pipe(duplex=False)
     try:
-        compare._stage_process(sender, None)
+        compare_stage._stage_process(sender, None)
     except SystemExit as exit_info:
         assert exit_info.code == INTERRUPTED_STATUS and not receiver.poll()
     except KeyboardInterrupt:
@@ -307,12 +307,12 @@ def test_a_method_process_interrupted_alone_interrupts_the_comparison(monkeypatc
             raise KeyboardInterrupt
         os._exit(status)
 
-    monkeypatch.setattr(compare, "run_stage", stopped_stage)
+    monkeypatch.setattr(compare_stage, "run_stage", stopped_stage)
     fork = multiprocessing.get_context("fork")
-    monkeypatch.setattr(compare.multiprocessing, "get_context", lambda method: fork)
+    monkeypatch.setattr(compare_stage.multiprocessing, "get_context", lambda method: fork)
     stage = types.SimpleNamespace(name="linformer")  # what the parent reads of a stage
     with pytest.raises(raised, match="" if status is None else f"exit status {status}"):
-        compare.run_in_own_process(stage)
+        compare_stage.run_in_own_process(stage)
 
 
 def test_ctrl_c_before_a_methods_first_checkpoint_says_it_starts_again(files, tmp_path, capsys, monkeypatch):
@@ -320,8 +320,8 @@ def test_ctrl_c_before_a_methods_first_checkpoint_says_it_starts_again(files, tm
     skips the finished softmax and starts linformer again; so rerun, linformer trains from step 0 to the end."""
     out = tmp_path / "out"
     arguments = compare_arguments(files, out, "--max_steps", "2", "--eval_steps", "2")
-    monkeypatch.setattr(compare, "run_in_own_process", compare.run_stage)  # the stages in this process
-    trainer = compare.mlm_trainer
+    monkeypatch.setattr(compare, "run_in_own_process", compare_stage.run_stage)  # the stages in this process
+    trainer = compare_stage.mlm_trainer
 
     def with_ctrl_c(model, training_args, *args, **kwargs):
         built = trainer(model, training_args, *args, **kwargs)
@@ -330,7 +330,7 @@ def test_ctrl_c_before_a_methods_first_checkpoint_says_it_starts_again(files, tm
         return built
 
     with monkeypatch.context() as interrupting:
-        interrupting.setattr(compare, "mlm_trainer", with_ctrl_c)
+        interrupting.setattr(compare_stage, "mlm_trainer", with_ctrl_c)
         assert exit_status(compare.main, arguments) == INTERRUPTED_STATUS
     assert capsys.readouterr().err.splitlines()[-1] == (
         f"interrupted: rerun the same command: finished methods are skipped and linformer starts again "
@@ -488,7 +488,7 @@ def training_model(script, files, output_dir, model, monkeypatch, *extra):
         arguments = ["--model_name_or_path", model, "--methods", "softmax,mra2", "--max_steps", "2",
                      "--head_warmup_steps", "0", "--train_file", files["train"], "--validation_file",
                      files["validation"], "--max_seq_length", "32", "--output_dir", str(output_dir), *extra]  # fmt: skip
-        monkeypatch.setattr(compare, "run_in_own_process", compare.run_stage)
+        monkeypatch.setattr(compare, "run_in_own_process", compare_stage.run_stage)
     else:
         arguments = mlm_arguments(files, output_dir, "--model_name_or_path", model, *extra)
     capture_trainer(monkeypatch)

@@ -401,7 +401,7 @@ MUTATIONS: list[Mutation] = [
         "pretrain_mlm.py --padding_free ignored",
     ),
     Mutation(
-        P + "tasks/mlm/compare.py",
+        P + "tasks/mlm/compare_stage.py",
         "callbacks, stage.data_args.padding_free)",
         "callbacks)",
         (T + "test_flags_data.py::-k padding_free_packs and compare",),
