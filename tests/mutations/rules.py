@@ -4,7 +4,9 @@ from .base import Mutation, P, T
 
 LABEL_FREE = (T + "test_label_free.py",)
 RERUNS = T + "test_reruns_refused.py::"
-ADVICE = T + "test_advice_taken.py::"
+ADVICE_API = T + "test_advice_taken_api.py::"
+ADVICE_CLI = T + "test_advice_taken_scripts.py::"
+ADVICE_HUB = T + "test_advice_taken_serving_hub.py::"
 
 MUTATIONS: list[Mutation] = [
     # ---- label-free paths (tests/label_free_table.py) --------------------------------------------
@@ -133,70 +135,70 @@ MUTATIONS: list[Mutation] = [
         P + "tasks/common/driver.py",
         '_REPORTER_PACKAGES = {"azure_ml": "azureml-core", "flyte": "flytekit"}',
         '_REPORTER_PACKAGES = {"azure_ml": "azureml-core"}',
-        (ADVICE + "test_report_to_uninstalled_tracker_advice",),
+        (ADVICE_CLI + "test_report_to_uninstalled_tracker_advice",),
         "--report_to flyte advises pip install flyte, not the flytekit that Transformers looks for",
     ),
     Mutation(
         P + "tasks/common/args.py",
         "stretch the checkpoint first: scripts/convert_to_long.py --max_length {max_seq_length}",
         "stretch the checkpoint first: scripts/convert_to_long.py --max_length {model_limit}",
-        (ADVICE + "test_max_seq_length_beyond_the_table_advice",),
+        (ADVICE_CLI + "test_max_seq_length_beyond_the_table_advice",),
         "--max_seq_length beyond the table advises converting to the length the model already has",
     ),
     Mutation(
         P + "integration/packing.py",
         "use DataCollatorWithFlattening(position_ids_start={offset})",
         "use DataCollatorWithFlattening(position_ids_start={offset - 1})",
-        (ADVICE + "test_packed_positions_start_advice",),
+        (ADVICE_API + "test_packed_positions_start_advice",),
         "packed RoBERTa positions: the advised start is the padding position",
     ),
     Mutation(
         P + "integration/patching.py",
         "call hf_efficient_attn.extend_position_embeddings(model, max_length={tokens.shape[1]}) first",
         "call hf_efficient_attn.extend_position_embeddings(model, max_length={limit}) first",
-        (ADVICE + "test_input_beyond_the_position_table_advice",),
+        (ADVICE_API + "test_input_beyond_the_position_table_advice",),
         "an input beyond the table: the advised length is the table's own",
     ),
     Mutation(
         P + "methods/base.py",
         "        self.shape = dataclasses.replace(self.shape, max_seq_len=max_seq_len)\n        self._draw_seeded_buffers()",
         "        self.shape = dataclasses.replace(self.shape, max_seq_len=max_seq_len)",
-        (ADVICE + "test_eval_draws_beyond_the_table_advice",),
+        (ADVICE_API + "test_eval_draws_beyond_the_table_advice",),
         "stretching the model does not redraw the eval-mode draws, as the draws' error says it does",
     ),
     Mutation(
         P + "tools/quickstart.py",
         "if not os.path.isdir(output_dir) or not os.listdir(output_dir):",
         "if not os.path.isdir(output_dir):",
-        (ADVICE + "test_quickstart_into_someone_elses_folder_advice",),
+        (ADVICE_CLI + "test_quickstart_into_someone_elses_folder_advice",),
         "the quickstart refuses the empty folder its error advises",
     ),
     Mutation(
         P + "tasks/convert_released.py",
         "if os.path.isfile(output_dir) or (os.path.isdir(output_dir) and os.listdir(output_dir)):",
         "if os.path.isfile(output_dir) or os.path.isdir(output_dir):",
-        (ADVICE + "test_convert_checkpoint_advice",),
+        (ADVICE_CLI + "test_convert_checkpoint_advice",),
         "convert_checkpoint.py refuses the empty folder its error advises",
     ),
     Mutation(
         P + "hub/export.py",
         "    if folder.exists() and any(folder.iterdir()):",
         "    if folder.exists():",
-        (ADVICE + "test_upload_folder_not_empty_advice",),
+        (ADVICE_HUB + "test_upload_folder_not_empty_advice",),
         "the upload refuses the empty folder its error advises",
     ),
     Mutation(
         P + "serving/encoding.py",
         'hint = "export with --int8 to write it" if int8 else "write it with scripts/export_onnx.py"',
         'hint = "export with --int8 to write it" if not int8 else "write it with scripts/export_onnx.py"',
-        (ADVICE + "test_encoding_without_the_export_file_advice",),
+        (ADVICE_HUB + "test_encoding_without_the_export_file_advice",),
         "encode()'s missing-file advice swapped between the int8 file and the export",
     ),
     Mutation(
         P + "tasks/wikihop/qangaroo.py",
         'FETCH_COMMAND = f"pip download allennlp==0.9.0 --no-deps -d {DATA_DIR}"',
         'FETCH_COMMAND = f"pip download allennlp==0.9.0 --no-deps"',
-        (ADVICE + "test_real_wikihop_examples_missing_advice",),
+        (ADVICE_CLI + "test_real_wikihop_examples_missing_advice",),
         "the real WikiHop examples' command downloads where they are not read",
     ),
     Mutation(
