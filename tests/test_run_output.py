@@ -540,15 +540,18 @@ def test_offline_advice_works(script, files, tmp_path, monkeypatch):
     assert all(downloaded.state_dict()[name].equal(tensor) for name, tensor in local.state_dict().items())
 
 
+@pytest.mark.parametrize("flag", ["model_name_or_path", "config_name"])
 @pytest.mark.parametrize("script", ["pretrain_mlm", "compare_methods"])
-def test_unreachable_hub_is_one_error_naming_it(script, files, tmp_path, monkeypatch):
+def test_unreachable_hub_is_one_error_naming_it(script, flag, files, tmp_path, monkeypatch):
     """Online, a Hub id that cannot be fetched (no network: huggingface_hub finds neither the Hub nor
-    the cache) is one error naming the flag and the missing network, not Transformers' message."""
+    the cache) is one error naming the flag that gave it and the missing network, not Transformers'
+    message; ``--config_name`` beside a local model too."""
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
     fake_hub(monkeypatch, files["model"], reachable=False)
     message = (
-        r"^--model_name_or_path 'someone/tiny-mlm' is not in the local Hub cache, and the Hub cannot be reached "
+        rf"^--{flag} 'someone/tiny-mlm' is not in the local Hub cache, and the Hub cannot be reached "
         r"\(no network\?\): give a local folder, or rerun where huggingface.co can be reached$"
     )
+    model, extra = (HUB_ID, []) if flag == "model_name_or_path" else (files["model"], ["--config_name", HUB_ID])
     with pytest.raises(ValueError, match=message):
-        training_model(script, files, tmp_path, HUB_ID, monkeypatch, "--cache_dir", str(tmp_path / "cache"))
+        training_model(script, files, tmp_path, model, monkeypatch, *extra, "--cache_dir", str(tmp_path / "cache"))

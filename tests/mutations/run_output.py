@@ -310,6 +310,13 @@ MUTATIONS: list[Mutation] = [
         (T + "test_run_output.py::-k unreachable_hub",),
         "without a network, a Hub id gets Transformers' 'couldn't connect' error",
     ),
+    Mutation(
+        P + "tasks/common/driver.py",
+        "raise not_downloadable(flag, getattr(model_args, flag))",
+        'raise not_downloadable("model_name_or_path", getattr(model_args, flag))',
+        (T + "test_run_output.py::-k unreachable_hub and config_name",),
+        "without a network, an uncached --config_name Hub id is blamed on --model_name_or_path",
+    ),
     # ---- data flags that would be ignored ------------------------------------------------------------------
     Mutation(
         P + "tasks/common/args.py",
