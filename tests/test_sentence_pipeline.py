@@ -7,11 +7,15 @@ import os
 
 import pytest
 import torch
+from safetensors.torch import load_file
 from test_mlm import run as run_mlm
 from test_mlm import workspace  # noqa: F401  (the MLM tests' fixture)
+from transformers import AutoTokenizer
 
+import hf_efficient_attn as hea
 from hf_efficient_attn.hub import push_variant
 from hf_efficient_attn.integration.bridge import method_modules
+from hf_efficient_attn.tasks.common.sentence_pipeline import copy_pipeline
 from hf_efficient_attn.tasks.convert import convert_to_long
 from hf_efficient_attn.tools.minilm import minilm_path
 
@@ -87,6 +91,22 @@ def test_the_hub_upload_folder_keeps_the_pipeline(stretched, tmp_path):
     assert {"modules.json", "sentence_bert_config.json", "1_Pooling"} <= set(os.listdir(upload))
     assert json.loads((upload / "sentence_bert_config.json").read_text())["max_seq_length"] == 1024
     torch.testing.assert_close(encoder(upload).encode(SHORT), encoder(stretched / "mra2").encode(SHORT))
+
+
+def test_a_bare_encoder_keeps_its_pooler_through_the_export(tmp_path):
+    """A sentence encoder saved as the bare encoder (``hea.AutoModel``: a BertModel, whose keys have no
+    prefix: ``pooler.dense.weight``) keeps its pooler through the Hub export: sentence-transformers builds
+    the encoder with it, holding the saved weights."""
+    variant = tmp_path / "variant"
+    hea.AutoModel.from_pretrained(str(minilm_path()), attn_impl="mra2").save_pretrained(variant)
+    AutoTokenizer.from_pretrained(str(minilm_path())).save_pretrained(variant)
+    copy_pipeline(str(minilm_path()), str(variant))
+    push_variant(str(variant), "someone", base_model="sentence-transformers/all-MiniLM-L6-v2",
+                 dry_run=str(tmp_path / "upload"))  # fmt: skip
+    saved = load_file(tmp_path / "upload" / "model.safetensors")
+    pooler = encoder(tmp_path / "upload")[0].auto_model.pooler
+    assert pooler is not None
+    torch.testing.assert_close(pooler.dense.weight.detach(), saved["pooler.dense.weight"], atol=0, rtol=0)
 
 
 def test_continued_pretraining_keeps_the_pipeline(workspace, tmp_path):  # noqa: F811
