@@ -497,24 +497,36 @@ def training_model(script, files, output_dir, model, monkeypatch, *extra):
     return caught.value.kwargs["model"]
 
 
-OFFLINE = (
-    r"^--model_name_or_path 'someone/tiny-mlm' is not in the local Hub cache, and offline mode \(HF_HUB_OFFLINE=1\) "
-    "forbids downloading it: give a local folder, or unset HF_HUB_OFFLINE$"
-)
+def offline_error(flag: str = "model_name_or_path") -> str:
+    return (
+        rf"^--{flag} 'someone/tiny-mlm' is not in the local Hub cache, and offline mode \(HF_HUB_OFFLINE=1\) "
+        "forbids downloading it: give a local folder, or unset HF_HUB_OFFLINE$"
+    )
 
 
-@pytest.mark.parametrize("script", ["pretrain_mlm", "compare_methods", "convert_to_long"])
-def test_offline_hub_id_is_one_error_naming_offline_mode(script, files, tmp_path, monkeypatch, capsys):
+OFFLINE = offline_error()
+
+
+@pytest.mark.parametrize(
+    "script, flag",
+    [*((script, "model_name_or_path") for script in ("pretrain_mlm", "compare_methods", "convert_to_long")),
+     ("pretrain_mlm", "config_name"), ("pretrain_mlm", "tokenizer_name")],
+)  # fmt: skip
+def test_offline_hub_id_is_one_error_naming_offline_mode(script, flag, files, tmp_path, monkeypatch, capsys):
     """In offline mode a Hub id missing from the cache is refused as the flags are parsed (nothing
-    loaded), naming offline mode and the ways out; through run_cli, one line and exit status 2."""
+    loaded), naming offline mode, the flag that gave it and the ways out; through run_cli, one line
+    and exit status 2. ``--config_name`` and ``--tokenizer_name`` beside a local model too."""
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     monkeypatch.setattr(transformers.AutoConfig, "from_pretrained", lambda *a, **k: pytest.fail("loaded"))
-    arguments = ["--model_name_or_path", HUB_ID, "--cache_dir", str(tmp_path / "cache"), "--output_dir", str(tmp_path)]
+    model = ["--model_name_or_path", HUB_ID if flag == "model_name_or_path" else files["model"]]
+    if flag != "model_name_or_path":
+        model += [f"--{flag}", HUB_ID]
+    arguments = [*model, "--cache_dir", str(tmp_path / "cache"), "--output_dir", str(tmp_path)]
     main = convert_main
     if script != "convert_to_long":
         main = compare.main if script == "compare_methods" else pretrain.main
         arguments += ["--train_file", files["train"], "--do_train", "--max_steps", "2"]
-    with pytest.raises(ValueError, match=OFFLINE):
+    with pytest.raises(ValueError, match=offline_error(flag)):
         main(arguments)
     with pytest.raises(SystemExit) as exit_info:
         run_cli(main, arguments)
@@ -540,18 +552,18 @@ def test_offline_advice_works(script, files, tmp_path, monkeypatch):
     assert all(downloaded.state_dict()[name].equal(tensor) for name, tensor in local.state_dict().items())
 
 
-@pytest.mark.parametrize("flag", ["model_name_or_path", "config_name"])
+@pytest.mark.parametrize("flag", ["model_name_or_path", "config_name", "tokenizer_name"])
 @pytest.mark.parametrize("script", ["pretrain_mlm", "compare_methods"])
 def test_unreachable_hub_is_one_error_naming_it(script, flag, files, tmp_path, monkeypatch):
     """Online, a Hub id that cannot be fetched (no network: huggingface_hub finds neither the Hub nor
     the cache) is one error naming the flag that gave it and the missing network, not Transformers'
-    message; ``--config_name`` beside a local model too."""
+    message; ``--config_name`` and ``--tokenizer_name`` beside a local model too."""
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
     fake_hub(monkeypatch, files["model"], reachable=False)
     message = (
         rf"^--{flag} 'someone/tiny-mlm' is not in the local Hub cache, and the Hub cannot be reached "
         r"\(no network\?\): give a local folder, or rerun where huggingface.co can be reached$"
     )
-    model, extra = (HUB_ID, []) if flag == "model_name_or_path" else (files["model"], ["--config_name", HUB_ID])
+    model, extra = (HUB_ID, []) if flag == "model_name_or_path" else (files["model"], [f"--{flag}", HUB_ID])
     with pytest.raises(ValueError, match=message):
         training_model(script, files, tmp_path, model, monkeypatch, *extra, "--cache_dir", str(tmp_path / "cache"))

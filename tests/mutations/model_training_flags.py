@@ -6,8 +6,8 @@ MUTATIONS: list[Mutation] = [
     # ---- model and training flags of the training scripts ----------------------------------------------------
     Mutation(
         P + "tasks/common/driver.py",
-        "model_args.tokenizer_name or model_args.model_name_or_path",
-        "model_args.model_name_or_path",
+        'from_flag(AutoTokenizer.from_pretrained, model_args, "tokenizer_name")',
+        'from_flag(AutoTokenizer.from_pretrained, model_args, "model_name_or_path")',
         (
             T + "test_flags_model_training.py::-k local_model_flags and pretrain",
             T + "test_flags_model_training.py::-k tokenizer_name_encodes",
@@ -32,8 +32,8 @@ MUTATIONS: list[Mutation] = [
     ),
     Mutation(
         P + "tasks/common/driver.py",
-        'flag = "config_name" if model_args.config_name else "model_name_or_path"',
-        'flag = "model_name_or_path"',
+        'from_flag(AutoConfig.from_pretrained, model_args, "config_name", **config_kwargs)',
+        'from_flag(AutoConfig.from_pretrained, model_args, "model_name_or_path", **config_kwargs)',
         (T + "test_flags_model_training.py::-k local_model_flags and pretrain",),
         "--config_name ignored",
     ),
@@ -46,10 +46,10 @@ MUTATIONS: list[Mutation] = [
     ),
     Mutation(
         P + "tasks/common/driver.py",
-        "model_args.tokenizer_name or model_args.model_name_or_path, **model_args.hub_kwargs())",
-        'model_args.tokenizer_name or model_args.model_name_or_path, **{**model_args.hub_kwargs(), "revision": "main"})',
+        "return load(getattr(model_args, flag), **kwargs, **model_args.hub_kwargs())",
+        'return load(getattr(model_args, flag), **kwargs, **{**model_args.hub_kwargs(), "revision": "main"})',
         (T + "test_flags_model_training.py::-k revision_cache_dir_and_token and pretrain",),
-        "--model_revision not given to the tokenizer",
+        "--model_revision not given to the config and the tokenizer",
     ),
     Mutation(
         P + "tasks/common/args.py",

@@ -317,6 +317,14 @@ MUTATIONS: list[Mutation] = [
         (T + "test_run_output.py::-k unreachable_hub and config_name",),
         "without a network, an uncached --config_name Hub id is blamed on --model_name_or_path",
     ),
+    Mutation(
+        P + "tasks/common/driver.py",
+        'return from_flag(AutoTokenizer.from_pretrained, model_args, "tokenizer_name")',
+        "return AutoTokenizer.from_pretrained(model_args.tokenizer_name or model_args.model_name_or_path, "
+        "**model_args.hub_kwargs())",
+        (T + "test_run_output.py::-k unreachable_hub and tokenizer_name",),
+        "without a network, an uncached --tokenizer_name Hub id gets Transformers' 'couldn't connect' error",
+    ),
     # ---- data flags that would be ignored ------------------------------------------------------------------
     Mutation(
         P + "tasks/common/args.py",

@@ -12,7 +12,7 @@ import math
 import os
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -148,17 +148,22 @@ def check_padding_free(padding_free: bool, model_args: ModelArguments, config: P
         )
 
 
-def load_config(model_args: ModelArguments, **config_kwargs: Any) -> PretrainedConfig:
-    """The checkpoint's config (``--config_name`` or ``--model_name_or_path``): read first, so that a
-    model that cannot be found is an error before any data or weights are loaded, one naming the flag
-    when a Hub id is neither cached nor downloadable."""
-    flag = "config_name" if model_args.config_name else "model_name_or_path"
+def from_flag(load: Callable[..., Any], model_args: ModelArguments, flag: str, **kwargs: Any) -> Any:
+    """``load`` (a ``from_pretrained``) of what ``--flag`` names, falling back to ``--model_name_or_path``;
+    a Hub id neither cached nor downloadable is one error naming the flag that gave it."""
+    flag = flag if getattr(model_args, flag) else "model_name_or_path"
     try:
-        return AutoConfig.from_pretrained(getattr(model_args, flag), **config_kwargs, **model_args.hub_kwargs())
+        return load(getattr(model_args, flag), **kwargs, **model_args.hub_kwargs())
     except OSError as err:
         if isinstance(err.__cause__, LocalEntryNotFoundError):  # Transformers' "couldn't connect" error
             raise not_downloadable(flag, getattr(model_args, flag)) from None
         raise
+
+
+def load_config(model_args: ModelArguments, **config_kwargs: Any) -> PretrainedConfig:
+    """The checkpoint's config (``--config_name`` or ``--model_name_or_path``): read first, so that a
+    model that cannot be found is an error before any data or weights are loaded."""
+    return from_flag(AutoConfig.from_pretrained, model_args, "config_name", **config_kwargs)
 
 
 # ---- crash-safe checkpoints ---------------------------------------------------------------------
@@ -247,7 +252,8 @@ def require_splits(raw: Any, training_args: TrainingArguments, include_test: boo
 
 
 def load_tokenizer(model_args: ModelArguments) -> PreTrainedTokenizerBase:
-    return AutoTokenizer.from_pretrained(model_args.tokenizer_name or model_args.model_name_or_path, **model_args.hub_kwargs())
+    """The tokenizer of ``--tokenizer_name`` or ``--model_name_or_path``."""
+    return from_flag(AutoTokenizer.from_pretrained, model_args, "tokenizer_name")
 
 
 def load_model(model_args: ModelArguments, auto_class: type, **config_kwargs: Any) -> PreTrainedModel:
