@@ -2,6 +2,9 @@
 new MLM head reported, save/reload as the method; extend_position_embeddings' argument check;
 every architecture's leading (padding offset) rows against offsets written out here."""
 
+import json
+import os
+
 import pytest
 import torch
 import transformers as T
@@ -99,6 +102,14 @@ def test_real_checkpoint_without_mlm_head_gets_a_new_one(tmp_path, capsys):
     long = hea.AutoModelForMaskedLM.from_pretrained(out).eval()
     tokenizer = T.AutoTokenizer.from_pretrained(out)
     assert tokenizer.model_max_length == 1024
+    # What it says it wrote is what the folder holds: the tokenizer's and the sentence pipeline's lengths.
+    with open(os.path.join(out, "sentence_bert_config.json")) as f:
+        pipeline_length = json.load(f)["max_seq_length"]
+    assert f"tokenizer: model_max_length = {tokenizer.model_max_length}\n" in printed
+    assert (
+        f"sentence-transformers pipeline: kept (Transformer -> Pooling -> Normalize), max_seq_length = {pipeline_length}\n"
+        in printed
+    )
     batch = tokenizer(["A sentence about the weather in Sydney."], return_tensors="pt")
     with torch.no_grad():
         expected = encoder(**batch).last_hidden_state

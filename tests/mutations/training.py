@@ -275,6 +275,20 @@ MUTATIONS: list[Mutation] = [
         (T + "test_convert.py::-k offset_rows",),
         "the tokenizer allows the offset rows as tokens",
     ),
+    Mutation(
+        P + "tasks/convert.py",
+        'f"{self.tokens_after}"\n',
+        'f"{self.tokens_before}"\n',
+        (T + "test_convert.py::-k real_checkpoint_without",),
+        "convert_to_long says the sentence pipeline kept the old max_seq_length, though it wrote the new one",
+    ),
+    Mutation(
+        P + "tasks/convert.py",
+        'lines.append(f"tokenizer: model_max_length = {self.tokens_after}")',
+        'lines.append(f"tokenizer: model_max_length = {self.tokens_before}")',
+        (T + "test_convert.py::-k real_checkpoint_without",),
+        "convert_to_long says the tokenizer keeps the old length, though it wrote the new one",
+    ),
     # ---- model card and export ---------------------------------------------------------------------------
     Mutation(
         P + "hub/card.py",
