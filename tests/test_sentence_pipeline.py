@@ -4,6 +4,7 @@ and exported for the Hub (push_to_hub): the pipeline of all-MiniLM-L6-v2 (Transf
 
 import json
 import os
+import shutil
 
 import pytest
 import torch
@@ -46,6 +47,24 @@ def test_stretching_keeps_the_pipeline_and_its_embeddings(stretched):
     ours, original = model.encode(SHORT, convert_to_tensor=True), encoder(minilm_path()).encode(SHORT, convert_to_tensor=True)
     torch.testing.assert_close(ours, original, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(ours.norm(dim=-1), torch.ones(len(SHORT)))
+
+
+def test_a_hub_id_keeps_the_pipeline(tmp_path):
+    """Stretching by Hub id (what a user types: the pipeline's files and module folders come through the
+    Hub cache, here a local one read offline) keeps the pipeline and its embeddings, as from a folder."""
+    repo_id = "sentence-transformers/all-MiniLM-L6-v2"
+    cache = tmp_path / "cache"
+    repo = cache / f"models--{repo_id.replace('/', '--')}"
+    commit = "0" * 40
+    shutil.copytree(minilm_path(), repo / "snapshots" / commit)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
+    convert_to_long(repo_id, 1024, "softmax", output_dir=str(tmp_path / "long"), cache_dir=str(cache))
+    model = encoder(tmp_path / "long")
+    assert [type(module).__name__ for module in model] == ["Transformer", "Pooling", "Normalize"]
+    assert model.max_seq_length == 1024 and (tmp_path / "long" / "1_Pooling" / "config.json").is_file()
+    torch.testing.assert_close(model.encode(SHORT, convert_to_tensor=True),
+                               encoder(minilm_path()).encode(SHORT, convert_to_tensor=True), atol=1e-5, rtol=1e-5)  # fmt: skip
 
 
 def test_prompts_and_similarity_are_kept(tmp_path):

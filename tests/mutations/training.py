@@ -369,6 +369,13 @@ MUTATIONS: list[Mutation] = [
         "a bare encoder's pooler (keys without a prefix) is dropped by the pipeline it is exported with",
     ),
     Mutation(
+        P + "tasks/common/sentence_pipeline.py",
+        'return {key: hub_kwargs.get(key) for key in ("cache_dir", "revision", "token")}',
+        'return {key: hub_kwargs.get(key) for key in ("revision", "token")}',
+        (T + "test_sentence_pipeline.py::-k hub_id",),
+        "a sentence encoder stretched by Hub id with --cache_dir loses its pipeline (looked for in the default cache)",
+    ),
+    Mutation(
         P + "hub/export.py",
         "    copy_pipeline(model_dir, str(folder))",
         "    pass",
