@@ -418,6 +418,26 @@ def test_predict_only_from_a_fine_tuned_folder_writes_the_label_names(workspace,
               "--output_dir", str(tmp_path / "untuned"), *common])  # fmt: skip
 
 
+def test_predict_only_from_a_fine_tuned_regression_folder_writes_its_scores(workspace, tmp_path):
+    """STS-B's files without --task_name (float labels: regression): the fine-tuned folder alone predicts
+    a test file (its config says regression), and predict_results.txt holds each pair's score, the
+    model's own output to 3 decimals."""
+    files = workspace["files"]["stsb"]
+    tuned = tmp_path / "tuned"
+    common = ["--max_seq_length", str(SEQ), "--pad_to_max_length", "--report_to", "none", "--use_cpu",
+              "--per_device_eval_batch_size", "16"]  # fmt: skip
+    main(["--model_name_or_path", workspace["model"], "--train_file", files["train"], "--do_train", "--max_steps", "2",
+          "--per_device_train_batch_size", "8", "--output_dir", str(tuned), *common])  # fmt: skip
+    predicted = tmp_path / "predicted"
+    main(["--model_name_or_path", str(tuned), "--test_file", files["test"], "--do_predict", "--output_dir",
+          str(predicted), *common])  # fmt: skip
+    model = hea.AutoModelForSequenceClassification.from_pretrained(str(tuned))
+    assert model.config.problem_type == "regression"
+    expected = reloaded_logits(model, str(tuned), "stsb", read_rows(files["test"]))[:, 0]
+    written = [float(score) for _, score in predictions_file(predicted / "predict_results.txt")]
+    np.testing.assert_allclose(written, expected, atol=1e-3)
+
+
 def test_local_data_with_an_id_column_takes_its_text_column(workspace, tmp_path):
     """id,text,label without a task: the text column is the string one (not the integer id) and the run
     trains and evaluates; a file with no string column besides the label is refused naming its columns."""

@@ -388,7 +388,12 @@ def run_glue(
 
     tokenizer = load_tokenizer(model_args)
     config_kwargs: dict[str, Any] = {"num_labels": 1 if regression else len(names)}
-    if not regression:
+    if regression:
+        # Recorded in the saved config: Transformers' models set it only when they compute the loss
+        # themselves (here global_mean_loss does), and without it the text-classification pipeline
+        # squashes a score through a sigmoid and a predict-only rerun cannot tell a regression model.
+        config_kwargs["problem_type"] = "regression"
+    else:
         config_kwargs["id2label"] = dict(enumerate(names))
         config_kwargs["label2id"] = {name: i for i, name in enumerate(names)}
     model = load_model(model_args, AutoModelForSequenceClassification, **config_kwargs)

@@ -359,6 +359,20 @@ MUTATIONS: list[Mutation] = [
     ),
     Mutation(
         P + "tasks/glue.py",
+        "        return known or None  # () for a regression model",
+        "        return known  # () for a regression model",
+        (T + "test_glue.py::-k regression_folder",),
+        "a fine-tuned regression model predicting alone is taken for a classifier of no classes",
+    ),
+    Mutation(
+        P + "tasks/glue.py",
+        '        config_kwargs["problem_type"] = "regression"',
+        "        pass",
+        (T + "test_glue.py::-k regression_folder",),
+        "a fine-tuned regression model's config does not say regression (pipelines squash its scores; it cannot predict alone)",
+    ),
+    Mutation(
+        P + "tasks/glue.py",
         "task is None or task.submits_names)",
         "bool(task and task.submits_names))",
         (T + "test_glue.py::-k predict_only",),
