@@ -215,6 +215,20 @@ def test_stage_line_tells_steps_batch_epochs_and_training_examples_apart():
     assert "on local files (`notes.txt` for training; not on the Hub)" in line  # no evaluation, no held-out part
 
 
+def test_each_split_is_measured_on_its_own_files():
+    """The model-index names, for each split's metrics, the local files that split reads (MNLI's
+    mismatched file beside the matched one), and the held-out part of the training file for a split
+    that has none of its own."""
+    files = {"train_file": "train.csv", "validation_file": "dev.csv", "validation_mismatched_file": "dev_mm.csv",
+             "test_file": "test.csv", "test_mismatched_file": "test_mm.csv"}  # fmt: skip
+    metrics = [("validation", "accuracy", 0.5), ("test", "accuracy", 0.25)]
+    validation, test = card.eval_results(metrics, "text-classification", {"files": files})
+    assert validation.dataset_args == {"data_files": ["dev.csv", "dev_mm.csv"]}
+    assert test.dataset_args == {"data_files": ["test.csv", "test_mm.csv"]}
+    (held_out,) = card.eval_results(metrics[1:], "text-classification", {"files": {"train_file": "train.csv"}})
+    assert held_out.dataset_args is None and "train.csv, held-out part" in held_out.dataset_name
+
+
 def test_results_are_matched_to_the_last_stage_that_recorded_them(tmp_path):
     """A results file is described by the data of the last training stage whose recorded evaluation it
     holds (an earlier stage that recorded a part of it, or a later one that recorded other values,

@@ -138,4 +138,18 @@ MUTATIONS: list[Mutation] = [
         (T + "test_sentence_pipeline.py::-k prompts",),
         "a stretched sentence encoder loses its prompts and similarity function (config_sentence_transformers.json)",
     ),
+    Mutation(
+        P + "hub/card.py",
+        '"test": ("test_file", "test_mismatched_file")}',
+        '"test": ("validation_file", "test_mismatched_file")}',
+        (T + "test_hub_card.py::-k own_files",),
+        "the model-index says test metrics were measured on the validation file",
+    ),
+    Mutation(
+        P + "hub/card.py",
+        'SPLIT_FILES = {"validation": ("validation_file", "validation_mismatched_file"),',
+        'SPLIT_FILES = {"validation": ("validation_file",),',
+        (T + "test_hub_card.py::-k own_files",),
+        "the model-index leaves MNLI's mismatched validation file out of the data its metrics were measured on",
+    ),
 ]
