@@ -231,10 +231,15 @@ def test_bad_invocation_is_one_line_and_exit_2(case, files, capsys, monkeypatch)
         assert len(lines) == 1, err
 
 
-def test_debug_variable_shows_the_traceback_and_bugs_keep_theirs(files, monkeypatch):
+def test_debug_variable_shows_the_traceback_and_bugs_keep_theirs(files, monkeypatch, capsys):
+    """HEA_DEBUG=1 shows a user error's traceback; set to 0 or empty, as unset, the one line."""
     monkeypatch.setenv(DEBUG_VARIABLE, "1")
     with pytest.raises(ValueError, match="nothing to do"):
         run_cli(mlm.main, mlm_args(files))
+    for off in ("0", ""):
+        monkeypatch.setenv(DEBUG_VARIABLE, off)
+        code, lines, err = run_bad(mlm.main, mlm_args(files), capsys)
+        assert code == 2 and lines[-1].startswith("error: ") and "Traceback" not in err, (off, err)
     monkeypatch.delenv(DEBUG_VARIABLE)
 
     def buggy(argv):

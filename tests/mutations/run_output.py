@@ -354,4 +354,11 @@ MUTATIONS: list[Mutation] = [
         (T + "test_quickstart.py::-k steps_log",),
         "the quickstart's full log holds none of Trainer's lines (its steps run at the scripts' quiet default)",
     ),
+    Mutation(
+        P + "utils/cli_errors.py",
+        '    if os.environ.get(DEBUG_VARIABLE, "") not in ("", "0"):',
+        '    if os.environ.get(DEBUG_VARIABLE, "") not in ("",):',
+        (T + "test_cli_errors.py::-k debug_variable",),
+        "HEA_DEBUG=0 shows a user error's traceback instead of the one line",
+    ),
 ]
