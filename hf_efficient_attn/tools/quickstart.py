@@ -44,6 +44,7 @@ from ..tasks.common.args import MethodArguments, check_positive_flags, parse_arg
 from ..tasks.common.data import write_wikipedia_jsonl
 from ..tasks.convert import convert_to_long
 from ..tasks.mlm import pretrain as mlm
+from ..utils.files import write_json
 from .minilm import minilm_path
 
 BASE_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
@@ -163,10 +164,7 @@ def reusable_steps(output_dir: str, records: dict[str, dict[str, Any]]) -> tuple
 
 def save_state(output_dir: str, records: dict[str, dict[str, Any]], done: list[str]) -> None:
     """Record the steps in ``done`` as finished with their settings (``records``)."""
-    path = os.path.join(output_dir, STATE_FILE)
-    with open(path + ".tmp", "w") as f:
-        json.dump({"steps": {name: records[name] for name in done}}, f, indent=2)
-    os.replace(path + ".tmp", path)
+    write_json(os.path.join(output_dir, STATE_FILE), {"steps": {name: records[name] for name in done}})
 
 
 def _results(folder: str) -> dict[str, Any]:

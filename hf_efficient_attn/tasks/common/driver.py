@@ -31,6 +31,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from ...registry import resolve_method
 from ...utils.cpu_allocator import keep_freed_memory
+from ...utils.files import write_json
 from .args import ModelArguments, not_downloadable
 from .loading import load_with_new_head
 from .provenance import data_description, source_record, write_provenance
@@ -175,10 +176,7 @@ COMPLETE_MARKER = "checkpoint_complete.json"
 
 def mark_complete(folder: str, global_step: int) -> None:
     """Write :data:`COMPLETE_MARKER` into ``folder`` atomically (a temporary file, then a rename)."""
-    path = os.path.join(folder, COMPLETE_MARKER)
-    with open(path + ".tmp", "w") as f:
-        json.dump({"global_step": global_step}, f)
-    os.replace(path + ".tmp", path)
+    write_json(os.path.join(folder, COMPLETE_MARKER), {"global_step": global_step})
 
 
 def is_complete(folder: str) -> bool:

@@ -14,6 +14,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from ...utils.files import write_json
+
 PROVENANCE_FILE = "provenance.json"
 
 
@@ -68,9 +70,7 @@ def source_record(name_or_path: str, base_model: str | None = None, **hub_kwargs
 def write_provenance(folder: str | os.PathLike, record: dict[str, Any], stage: dict[str, Any]) -> dict[str, Any]:
     """Write ``record`` with ``stage`` appended into ``folder`` (atomically); returns it."""
     written = {**record, "stages": [*record.get("stages", []), stage]}
-    path = Path(folder) / PROVENANCE_FILE
-    path.with_suffix(".tmp").write_text(json.dumps(written, indent=2, default=str) + "\n")
-    os.replace(path.with_suffix(".tmp"), path)
+    write_json(Path(folder) / PROVENANCE_FILE, written, default=str)
     return written
 
 

@@ -45,6 +45,7 @@ from transformers import PretrainedConfig, TrainingArguments
 
 from ...integration.positions import max_tokens
 from ...registry import list_methods, resolve_options
+from ...utils.files import write_json
 from ..common.args import ModelArguments, block_length, parse_arguments, parse_method_configs, parse_method_names
 from ..common.data import unused_split_percentage, write_wikipedia_jsonl
 from ..common.driver import last_complete_checkpoint, load_config, load_tokenizer, setup_logging
@@ -58,7 +59,7 @@ from .compare_report import (
     summary_markdown,
     write_rows,
 )
-from .compare_stage import START_WEIGHTS, Stage, is_done, read_json, run_in_own_process, write_json
+from .compare_stage import START_WEIGHTS, Stage, is_done, read_json, run_in_own_process
 from .pretrain import MLMDataArguments, check_mlm_run, masked_datasets
 
 #: The methods compared by default: exact attention (the reference) and the approximations of the

@@ -25,6 +25,7 @@ from transformers.trainer_callback import ExportableState, ProgressCallback
 
 from ... import AutoModelForMaskedLM
 from ...utils.cli_errors import INTERRUPTED_STATUS, USER_ERRORS, one_line
+from ...utils.files import write_json
 from ..common.args import ModelArguments
 from ..common.driver import load_model, load_tokenizer, start_run, train_and_save
 from .compare_report import write_rows
@@ -211,13 +212,6 @@ def run_in_own_process(stage: Stage) -> None:
         raise RuntimeError(
             f"{stage.name} stopped (exit status {process.exitcode}; see its messages above); rerun the same command to resume it"
         )
-
-
-def write_json(path: str, value: Any) -> None:
-    """Write ``value`` as JSON atomically (a temporary file, then a rename)."""
-    with open(path + ".tmp", "w") as f:
-        json.dump(value, f, indent=2)
-    os.replace(path + ".tmp", path)
 
 
 def read_json(path: str) -> Any:
