@@ -6,6 +6,7 @@ The Hub flags are checked on a Hub cache written here (offline): ``--model_revis
 the config, the tokenizer and the weights of that revision, not of ``main``.
 """
 
+import inspect
 import json
 import logging
 import os
@@ -97,9 +98,10 @@ class Stopped(Exception):
         self.stage, self.trainer, self.kwargs = stage, trainer, kwargs
 
 
-def run_until_trainer(script, argv, monkeypatch) -> Stopped:
-    """Run ``script`` until its Trainer first trains, evaluates or predicts (compare_methods: its
-    first method, in this process); that Trainer, the stage and its keyword arguments."""
+def run_until_trainer(script, argv, monkeypatch, **keywords) -> Stopped:
+    """Run ``script`` (its ``main(argv, **keywords)``) until its Trainer first trains, evaluates or
+    predicts (compare_methods: its first method, in this process); that Trainer, the stage and its
+    keyword arguments."""
     for stage in ("train", "evaluate", "predict"):
 
         def stop(self, *args, stage=stage, **kwargs):
@@ -108,7 +110,7 @@ def run_until_trainer(script, argv, monkeypatch) -> Stopped:
         monkeypatch.setattr(T.Trainer, stage, stop)
     monkeypatch.setattr(compare, "run_in_own_process", compare_stage.run_stage)
     with pytest.raises(Stopped) as stopped:
-        MAINS[script](argv)
+        MAINS[script](argv, **keywords)
     return stopped.value
 
 
@@ -287,6 +289,19 @@ def test_training_flags_reach_the_trainer(script, workspace, tmp_path, monkeypat
         assert args.dataloader_persistent_workers is (script != "pretrain_mlm")
     if script == "finetune_glue":
         assert stopped.trainer.data_collator.pad_to_multiple_of == 8
+
+
+#: The scripts whose ``main`` takes ``callbacks``: Trainer callbacks a Python caller adds to the run.
+WITH_CALLBACKS = [script for script, main in MAINS.items() if "callbacks" in inspect.signature(main).parameters]
+
+
+@pytest.mark.parametrize("script", WITH_CALLBACKS)
+def test_callbacks_given_to_main_reach_the_trainer(script, workspace, tmp_path, monkeypatch):
+    """``main(argv, callbacks=[...])`` adds the caller's callbacks to the Trainer that trains."""
+    callback = T.TrainerCallback()
+    argv = script_args(script, workspace, tmp_path / "out", "--model_name_or_path", workspace["model"], "--do_train")
+    stopped = run_until_trainer(script, argv, monkeypatch, callbacks=[callback])
+    assert stopped.stage == "train" and callback in stopped.trainer.callback_handler.callbacks
 
 
 @pytest.mark.parametrize(

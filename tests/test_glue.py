@@ -133,7 +133,8 @@ REFERENCES = {
 def test_task_reports_its_metrics_as_sklearn_computes_them(workspace, tmp_path, task, capsys):
     """A single-sentence task (csv), a pair task (tsv) and the regression task (json lines)
     train a few steps; the reported metrics are exactly the task's, equal to scikit-learn /
-    scipy on the saved model's predictions, and the submission file holds those predictions."""
+    scipy on the saved model's predictions, the submission file holds those predictions
+    and the closing summary gives the task's main score."""
     out = tmp_path / task
     if task == "cola":  # a single .json argument is the whole configuration; dynamic padding
         (tmp_path / "cola.json").write_text(json.dumps(run_config(workspace, task, out, pad_to_max_length=False)))
@@ -167,6 +168,9 @@ def test_task_reports_its_metrics_as_sklearn_computes_them(workspace, tmp_path, 
         assert [int(v) for _, v in submitted] == predictions.tolist()
     summary = capsys.readouterr().out.strip().splitlines()[-1]
     assert summary.startswith("summary: attention mra2, train ")
+    # the task's main score: the combined score of a task with several (GLUE's leaderboard), else its only one
+    score = "eval_combined_score" if len(EXPECTED_KEYS[task]) > 1 else min(EXPECTED_KEYS[task])
+    assert f", eval {score[len('eval_') :].replace('_', ' ')} {results[score]:.4f}, eval_loss " in summary
 
 
 def test_mnli_reports_matched_and_mismatched(workspace, tmp_path):

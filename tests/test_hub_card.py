@@ -215,6 +215,17 @@ def test_stage_line_tells_steps_batch_epochs_and_training_examples_apart():
     assert "on local files (`notes.txt` for training; not on the Hub)" in line  # no evaluation, no held-out part
 
 
+def test_a_stage_with_exact_attention_says_exact():
+    """provenance.json records exact attention as ``attn_impl: null`` (the config field unset): each
+    stage's line names it ``exact``, for a conversion and for a training stage alike."""
+    conversion = {"stage": "conversion", "script": "convert_to_long.py", "attn_impl": None, "model": "roberta-base",
+                  "tokens_before": 512, "tokens_after": 4096}  # fmt: skip
+    training = {"stage": "fine-tuning", "script": "finetune_glue.py", "attn_impl": None, "steps": 2, "epochs": 1.0,
+                "global_batch_size": 2, "max_seq_length": 128, "learning_rate": 2e-5, "data": {}}  # fmt: skip
+    for line in stage_lines({"stages": [conversion, training]}):
+        assert "attention `exact`" in line and "None" not in line
+
+
 def test_each_split_is_measured_on_its_own_files():
     """The model-index names, for each split's metrics, the local files that split reads (MNLI's
     mismatched file beside the matched one), and the held-out part of the training file for a split

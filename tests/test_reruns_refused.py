@@ -8,6 +8,7 @@ import shutil
 
 import pytest
 from glue_fixtures import write_task_files
+from test_compare import STEPS as COMPARISON_STEPS
 from test_compare import arguments, workspace_files, write_workspace
 from test_quickstart import SETTINGS, _again, fake_steps  # noqa: F401  (fake_steps: a fixture)
 from training_fixtures import Captured, capture_trainer, save_tiny_mlm, write_news_files
@@ -136,6 +137,30 @@ def test_a_comparison_rerun_with_another_setting_is_refused(workspace, compared,
         f"--output_dir {str(out)!r} holds a comparison made with {setting} = {recorded[setting]!r}, not {changed!r}; "
         "rerun it with the same settings, or give another --output_dir"
     )
+
+
+#: Settings whose value a first run leaves to a default worked out at run time, and the flags that spell that
+#: default out: a rerun giving them is the same comparison.
+DEFAULTS_SPELT_OUT = {
+    "validation_split_percentage": ["--validation_split_percentage", str(pretrain.VALIDATION_SPLIT_PERCENTAGE)],
+    "eval_steps": ["--eval_steps", str(max(1, COMPARISON_STEPS // 10))],  # a tenth of --max_steps
+}
+
+
+@pytest.mark.parametrize("setting", list(DEFAULTS_SPELT_OUT))
+def test_a_comparison_rerun_spelling_out_a_default_goes_on(workspace, tmp_path, monkeypatch, setting):
+    """The record holds the value a defaulted setting took, so a rerun that gives that value as a flag
+    is the same comparison and goes on, leaving the record as it was."""
+    out = tmp_path / "out"
+    argv = first_run(workspace, out, setting)
+    if setting == "eval_steps":
+        at = argv.index("--eval_steps")
+        del argv[at : at + 2]
+    compare_until_training(monkeypatch, argv)
+    recorded = json.loads((out / compare.SETTINGS_FILE).read_text())
+    assert recorded[setting] == float(DEFAULTS_SPELT_OUT[setting][1])
+    compare_until_training(monkeypatch, argv + DEFAULTS_SPELT_OUT[setting])
+    assert json.loads((out / compare.SETTINGS_FILE).read_text()) == recorded
 
 
 @pytest.fixture

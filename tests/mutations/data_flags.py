@@ -449,4 +449,11 @@ MUTATIONS: list[Mutation] = [
         (T + "test_glue.py::-k data_arguments_are_checked",),
         "--task_name mnli --dataset_config_name ax reads the Hub's mnli config instead, silently",
     ),
+    Mutation(
+        P + "tasks/glue.py",
+        '        f"eval_{main_score}",',
+        '        f"eval_{scores[0]}",',
+        (T + "test_glue.py::-k sklearn_computes",),
+        "the summary of MRPC, QQP and STS-B shows accuracy or Pearson where the task's main score is the combined one",
+    ),
 ]

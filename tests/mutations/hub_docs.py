@@ -152,4 +152,11 @@ MUTATIONS: list[Mutation] = [
         (T + "test_hub_card.py::-k own_files",),
         "the model-index leaves MNLI's mismatched validation file out of the data its metrics were measured on",
     ),
+    Mutation(
+        P + "hub/card.py",
+        "f\"(`{stage.get('script')}`, attention `{stage.get('attn_impl') or 'exact'}`): \"",
+        "f\"(`{stage.get('script')}`, attention `{stage.get('attn_impl', 'exact')}`): \"",
+        (T + "test_hub_card.py::-k exact_attention_says",),
+        "a training stage with exact attention (attn_impl recorded as null) is described as attention `None`",
+    ),
 ]

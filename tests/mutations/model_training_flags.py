@@ -360,4 +360,18 @@ MUTATIONS: list[Mutation] = [
         (T + "test_flags_model_training.py::-k run_flags_are_read and attn_impl and compare",),
         "compare_methods.py --attn_impl parsed and ignored",
     ),
+    Mutation(
+        P + "tasks/wikihop/finetune.py",
+        "    metrics = run_wikihop(*arguments, callbacks)",
+        "    metrics = run_wikihop(*arguments)",
+        (T + "test_flags_model_training.py::-k callbacks_given and wikihop",),
+        "finetune_wikihop's main(argv, callbacks) drops the caller's callbacks",
+    ),
+    Mutation(
+        P + "tasks/glue.py",
+        "        callbacks=list(callbacks),",
+        "        callbacks=[],",
+        (T + "test_flags_model_training.py::-k callbacks_given and glue",),
+        "finetune_glue's main(argv, callbacks) drops the caller's callbacks",
+    ),
 ]

@@ -210,6 +210,20 @@ MUTATIONS: list[Mutation] = [
     ),
     Mutation(
         P + "tasks/mlm/compare.py",
+        '"validation_split_percentage": data_args.split_percentage,',
+        '"validation_split_percentage": data_args.validation_split_percentage,',
+        (T + "test_reruns_refused.py::-k spelling_out and validation_split_percentage",),
+        "a comparison records a defaulted split as null, and refuses a rerun that gives the default 5 as changed",
+    ),
+    Mutation(
+        P + "tasks/mlm/compare.py",
+        '"seed": training_args.seed, "eval_steps": eval_steps,',
+        '"seed": training_args.seed, "eval_steps": training_args.eval_steps,',
+        (T + "test_reruns_refused.py::-k spelling_out and eval_steps",),
+        "a comparison records a defaulted --eval_steps as null, and refuses a rerun that gives the default as changed",
+    ),
+    Mutation(
+        P + "tasks/mlm/compare.py",
         '"dataset_config_name": data_args.dataset_config_name, ',
         "",
         (T + "test_reruns_refused.py::-k another_setting and dataset_config_name",),
