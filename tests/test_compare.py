@@ -86,6 +86,15 @@ def test_a_tiny_comparison_writes_its_csv_plot_and_summary(finished):
     assert "**Recommendation.** At 64 tokens, use `" in summary
 
 
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="reads Linux's /proc")
+def test_cpu_peak_memory_is_the_peak_resident_set_in_mib():
+    """results.csv's peak_memory_mb on CPU is this process's peak resident set, in MiB (Linux's
+    VmHWM, read from /proc, kB)."""
+    with open("/proc/self/status") as f:
+        (high_water_kb,) = [int(line.split()[1]) for line in f if line.startswith("VmHWM:")]
+    assert compare_stage.peak_memory_mb(torch.device("cpu")) == pytest.approx(high_water_kb / 1024, rel=0.05)
+
+
 def test_every_method_starts_from_the_warmed_checkpoint(workspace, finished):
     """The same-start property: each method's step-0 weights are the warmed checkpoint's (Linformer
     adds its projections); the warm-up trained the MLM head and left the encoder as it was."""

@@ -16,7 +16,7 @@ from glue_fixtures import MNLI_NAMES, write_rows
 from glue_runs import SEQ, make_workspace, predictions_file, read_rows, read_text, run, run_config
 from scipy.stats import pearsonr, spearmanr
 from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
-from training_fixtures import read_json
+from training_fixtures import TrainingSet, assert_summary_rate, read_json
 from transformers import AutoTokenizer, TrainingArguments
 
 import hf_efficient_attn as hea
@@ -138,7 +138,8 @@ def test_task_reports_its_metrics_as_sklearn_computes_them(workspace, tmp_path, 
     out = tmp_path / task
     if task == "cola":  # a single .json argument is the whole configuration; dynamic padding
         (tmp_path / "cola.json").write_text(json.dumps(run_config(workspace, task, out, pad_to_max_length=False)))
-        metrics = main([str(tmp_path / "cola.json")])
+        training_set = TrainingSet()
+        metrics = main([str(tmp_path / "cola.json")], callbacks=[training_set])
     else:
         metrics = run(workspace, task, out)
     results = read_json(out, "eval_results.json")
@@ -171,6 +172,8 @@ def test_task_reports_its_metrics_as_sklearn_computes_them(workspace, tmp_path, 
     # the task's main score: the combined score of a task with several (GLUE's leaderboard), else its only one
     score = "eval_combined_score" if len(EXPECTED_KEYS[task]) > 1 else min(EXPECTED_KEYS[task])
     assert f", eval {score[len('eval_') :].replace('_', ' ')} {results[score]:.4f}, eval_loss " in summary
+    if task == "cola":  # padded per batch: the training examples' own lengths, not the evaluation set's
+        assert_summary_rate(summary, read_json(out, "train_results.json"), training_set.examples)
 
 
 def test_mnli_reports_matched_and_mismatched(workspace, tmp_path):

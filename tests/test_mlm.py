@@ -7,6 +7,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -143,6 +144,14 @@ def test_dataset_without_a_text_column(tmp_path):
     assert text_column(raw["train"], "review") == "review"
     with pytest.raises(ValueError, match="must hold text"):
         text_column(raw["train"], "id")
+
+
+def test_a_split_percentage_for_data_with_a_validation_file_is_refused_naming_it(tmp_path):
+    """load_raw_datasets (the API the scripts share) refuses --validation_split_percentage for data
+    that have a validation file, naming that file: it is what makes the percentage do nothing."""
+    train, validation = write_news_files(str(tmp_path), train_articles=4, validation_articles=2)
+    with pytest.raises(ValueError, match=rf"these have one \({re.escape(validation)}\); leave it out"):
+        load_raw_datasets(train_file=train, validation_file=validation, validation_split_percentage=10)
 
 
 def test_method_arguments_are_checked():

@@ -7,6 +7,7 @@ rows, one compiled graph. Tiny random models built with Transformers' own classe
 
 import json
 import os
+import shutil
 
 import pytest
 import torch
@@ -16,6 +17,7 @@ from training_fixtures import read_json, small_tokenizer
 from transformers.models.mra import modeling_mra
 
 import hf_efficient_attn as hea
+from hf_efficient_attn.integration import released as released_module
 from hf_efficient_attn.integration.bridge import method_modules
 from hf_efficient_attn.tasks.convert_released import main as convert_main
 from hf_efficient_attn.utils.cli_errors import run_cli
@@ -127,6 +129,37 @@ def test_loads_as_bert_running_the_recorded_method_with_every_weight_mapped(name
     assert model.config.converted_from["model_type"] == RELEASED[name][0].model_type
     base, info = hea.AutoModel.from_pretrained(folder, output_loading_info=True)
     assert set(info["missing_keys"]) == {"pooler.dense.weight", "pooler.dense.bias"}  # BERT's, MraModel has none
+
+
+def write_weights(state_dict, folder, name):
+    """``state_dict`` saved in ``folder`` as ``name`` (one of released.WEIGHT_FILES): an ``.index.json``
+    splits it into two shards, as ``save_pretrained(max_shard_size=...)`` does."""
+    state_dict = {key: value.clone().contiguous() for key, value in state_dict.items()}  # tied weights apart
+    save = (lambda part, path: save_file(part, path)) if ".safetensors" in name else torch.save
+    if not name.endswith(".index.json"):
+        return save(state_dict, os.path.join(folder, name))
+    stem, suffix = name.removesuffix(".index.json").rsplit(".", 1)
+    keys, weight_map = sorted(state_dict), {}
+    for number, part in enumerate((keys[: len(keys) // 2], keys[len(keys) // 2 :]), start=1):
+        shard = f"{stem}-{number:05d}-of-00002.{suffix}"
+        save({key: state_dict[key] for key in part}, os.path.join(folder, shard))
+        weight_map.update(dict.fromkeys(part, shard))
+    with open(os.path.join(folder, name), "w") as f:
+        json.dump({"metadata": {}, "weight_map": weight_map}, f)
+
+
+@pytest.mark.parametrize("weights", released_module.WEIGHT_FILES)
+def test_every_weight_format_loads_the_same_weights(weights, released, tmp_path):
+    """A released checkpoint saved as safetensors or pytorch_model.bin, whole or sharded (an index
+    naming its shards), loads every weight it holds."""
+    folder, original = released("mra")
+    shutil.copy(os.path.join(folder, "config.json"), tmp_path)
+    write_weights(original.state_dict(), str(tmp_path), weights)
+    expected = hea.AutoModelForMaskedLM.from_pretrained(folder).state_dict()
+    loaded = hea.AutoModelForMaskedLM.from_pretrained(str(tmp_path)).state_dict()
+    assert loaded.keys() == expected.keys()
+    for key, value in expected.items():
+        torch.testing.assert_close(loaded[key], value, atol=0, rtol=0, msg=key)
 
 
 @pytest.mark.parametrize("auto_class", ["AutoModelForSequenceClassification", "AutoModelForMultipleChoice"])

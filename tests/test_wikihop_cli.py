@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 from datasets import Dataset
+from training_fixtures import TrainingSet, assert_summary_rate
 from transformers import AutoTokenizer
 from wikihop_fixtures import LONG, save_tiny_encoder, write_files
 
@@ -62,7 +63,8 @@ def test_tiny_run_writes_results_and_predictions_and_reloads(workspace, tmp_path
         "output_dir": str(out),
     }  # fmt: skip
     (tmp_path / "config.json").write_text(json.dumps(config))
-    main([str(tmp_path / "config.json")])  # a single .json argument is the whole configuration
+    training_set = TrainingSet()
+    main([str(tmp_path / "config.json")], callbacks=[training_set])  # a single .json argument is the whole configuration
 
     results = read(out, "all_results.json")
     assert results == {**read(out, "train_results.json"), **read(out, "eval_results.json")}
@@ -70,6 +72,7 @@ def test_tiny_run_writes_results_and_predictions_and_reloads(workspace, tmp_path
     summary = capsys.readouterr().out.strip().splitlines()[-1]
     assert summary.startswith("summary: attention mra2, train ") and "tokens/s" in summary
     assert f"eval accuracy {results['eval_accuracy']:.4f}" in summary
+    assert_summary_rate(summary, results, training_set.examples)  # not the evaluation set's (other lengths)
 
     with open(dev_file) as f:
         dev = json.load(f)

@@ -147,6 +147,27 @@ def capture_trainer(monkeypatch) -> None:
     monkeypatch.setattr(crash_safe_trainer, "CrashSafeTrainer", record)
 
 
+class TrainingSet(T.TrainerCallback):
+    """A callback for a script's ``main(argv, callbacks=[...])`` that keeps the examples it trains on."""
+
+    examples = None
+
+    def on_train_begin(self, args, state, control, train_dataloader=None, **kwargs):
+        self.examples = train_dataloader.dataset
+
+
+def tokens_of(value) -> int:
+    """Number of tokens of an example's ``input_ids`` (a list, or a list of chunks)."""
+    return sum(tokens_of(item) for item in value) if isinstance(value, list) else 1
+
+
+def assert_summary_rate(summary: str, train_metrics: dict, examples) -> None:
+    """The summary's ``train N tokens/s`` is Trainer's examples per second times the mean tokens of a
+    training example (counted here, row by row)."""
+    mean = sum(tokens_of(ids) for ids in examples["input_ids"]) / len(examples)
+    assert f", train {train_metrics['train_samples_per_second'] * mean:,.0f} tokens/s (" in summary, summary
+
+
 def recorded_rows(folder, step: int, ranks: int = 1) -> list[tuple]:
     """The examples (every tensor's row, as tuples) that processes ``0..ranks-1`` trained on at
     optimisation step ``step`` (``tests/record_batches.py``), sorted: the same for one process

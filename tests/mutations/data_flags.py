@@ -456,4 +456,11 @@ MUTATIONS: list[Mutation] = [
         (T + "test_glue.py::-k sklearn_computes",),
         "the summary of MRPC, QQP and STS-B shows accuracy or Pearson where the task's main score is the combined one",
     ),
+    Mutation(
+        P + "tasks/common/data.py",
+        'raise unused_split_percentage(validation_file or f"the validation split',
+        'raise unused_split_percentage(train_file or f"the validation split',
+        (T + "test_mlm.py::-k refused_naming_it",),
+        "the refusal of a split percentage for data with a validation file names the training file",
+    ),
 ]

@@ -374,4 +374,18 @@ MUTATIONS: list[Mutation] = [
         (T + "test_flags_model_training.py::-k callbacks_given and glue",),
         "finetune_glue's main(argv, callbacks) drops the caller's callbacks",
     ),
+    Mutation(
+        P + "tasks/wikihop/finetune.py",
+        "model, training_args.output_dir, train_metrics, mean_length(train_set), eval_metrics",
+        "model, training_args.output_dir, train_metrics, mean_length(eval_set), eval_metrics",
+        (T + "test_wikihop_cli.py::-k tiny_run_writes",),
+        "finetune_wikihop's summary counts tokens/s with the evaluation set's example length",
+    ),
+    Mutation(
+        P + "tasks/glue.py",
+        "        mean_length(train_set),",
+        '        mean_length(eval_sets[""]),',
+        (T + "test_glue.py::-k sklearn_computes and cola",),
+        "finetune_glue's summary counts tokens/s with the evaluation set's example length",
+    ),
 ]
