@@ -135,7 +135,7 @@ def write_weights(state_dict, folder, name):
     """``state_dict`` saved in ``folder`` as ``name`` (one of released.WEIGHT_FILES): an ``.index.json``
     splits it into two shards, as ``save_pretrained(max_shard_size=...)`` does."""
     state_dict = {key: value.clone().contiguous() for key, value in state_dict.items()}  # tied weights apart
-    save = (lambda part, path: save_file(part, path)) if ".safetensors" in name else torch.save
+    save = save_file if ".safetensors" in name else torch.save
     if not name.endswith(".index.json"):
         return save(state_dict, os.path.join(folder, name))
     stem, suffix = name.removesuffix(".index.json").rsplit(".", 1)
