@@ -102,15 +102,21 @@ FIRST_RUN_DATA = {
 }
 
 
+def without(argv, *flags):
+    """``argv`` less each of ``flags`` and its value."""
+    argv = list(argv)
+    for flag in flags:
+        at = argv.index(flag)
+        del argv[at : at + 2]
+    return argv
+
+
 def first_run(workspace, output_dir, setting):
     """The arguments of the first comparison run of the test that changes ``setting``."""
     argv = arguments(workspace, output_dir)
     if setting not in FIRST_RUN_DATA:
         return argv
-    for flag in ("--train_file", "--validation_file"):
-        at = argv.index(flag)
-        del argv[at : at + 2]
-    return argv + FIRST_RUN_DATA[setting](workspace)
+    return without(argv, "--train_file", "--validation_file") + FIRST_RUN_DATA[setting](workspace)
 
 
 @pytest.mark.parametrize("setting", list(COMPARISON_CHANGES))
@@ -154,8 +160,7 @@ def test_a_comparison_rerun_spelling_out_a_default_goes_on(workspace, tmp_path, 
     out = tmp_path / "out"
     argv = first_run(workspace, out, setting)
     if setting == "eval_steps":
-        at = argv.index("--eval_steps")
-        del argv[at : at + 2]
+        argv = without(argv, "--eval_steps")
     compare_until_training(monkeypatch, argv)
     recorded = json.loads((out / compare.SETTINGS_FILE).read_text())
     assert recorded[setting] == float(DEFAULTS_SPELT_OUT[setting][1])
