@@ -5,12 +5,14 @@ line; the recommendation follows the numbers."""
 
 import os
 import shutil
+from types import SimpleNamespace
 
 import pytest
 import torch
 import transformers as T
 from safetensors.torch import load_file
 from training_fixtures import small_tokenizer, tiny_config, write_news_files
+from transformers import TrainerState
 
 from hf_efficient_attn.tasks.mlm import compare, compare_stage
 from hf_efficient_attn.tasks.mlm.compare import main
@@ -93,6 +95,30 @@ def test_cpu_peak_memory_is_the_peak_resident_set_in_mib():
     with open("/proc/self/status") as f:
         (high_water_kb,) = [int(line.split()[1]) for line in f if line.startswith("VmHWM:")]
     assert compare_stage.peak_memory_mb(torch.device("cpu")) == pytest.approx(high_water_kb / 1024, rel=0.05)
+
+
+def test_train_seconds_add_up_the_steps_alone_and_count_on_after_a_resume(monkeypatch):
+    """StepTimer's train_seconds is the sum of the optimisation steps' times (not the time between
+    them, not the last step's), and a timer restored from a checkpoint's state counts on from it."""
+    clock = iter([10.0, 11.0, 50.0, 52.0, 90.0, 94.0])  # steps of 1, 2 and 4 s; evaluations between them
+    monkeypatch.setattr(compare_stage.time, "perf_counter", lambda: next(clock))
+    args, state = SimpleNamespace(device=torch.device("cpu")), TrainerState()
+
+    def steps(timer, count):
+        for _ in range(count):
+            timer.on_step_begin(args, state, None)
+            timer.on_step_end(args, state, None)
+        state.log_history.append({"eval_loss": 1.0})
+        timer.on_log(args, state, None, logs={"eval_loss": 1.0})
+        return state.log_history[-1]["train_seconds"]
+
+    first = compare_stage.StepTimer()
+    first.on_train_begin(args, state, None)
+    assert steps(first, 2) == 3.0
+    state.stateful_callbacks = {"StepTimer": first.state()}  # what a checkpoint saves
+    resumed = compare_stage.StepTimer()
+    resumed.on_train_begin(args, state, None)
+    assert steps(resumed, 1) == 7.0
 
 
 def test_every_method_starts_from_the_warmed_checkpoint(workspace, finished):

@@ -4,6 +4,7 @@ uninterrupted run, evaluation is deterministic, accumulation equals one large ba
 command-line option read from the data a run would train on (the Trainer captured)."""
 
 import dataclasses
+import inspect
 import json
 import math
 import os
@@ -115,6 +116,20 @@ def test_text_is_grouped_into_full_blocks_in_order():
     assert mean_length(Dataset.from_dict({"input_ids": [[1]]}).select([])) is None  # no examples: no mean (not 0 / 0)
     with pytest.raises(ValueError, match="fewer than one block of --max_seq_length 4096"):
         tokenize_in_blocks(DatasetDict(train=Dataset.from_dict({"text": texts})), tokenizer, "text", 4096)
+
+
+def test_blocks_are_cut_per_map_batch_as_run_mlm_cuts_them():
+    """Transformers' run_mlm.py groups texts with ``Dataset.map``'s default batch, dropping each batch's
+    tail: more texts than one batch give the same blocks as that procedure, not one stream's."""
+    tokenizer = small_tokenizer()
+    batch = inspect.signature(Dataset.map).parameters["batch_size"].default
+    texts = [f"Report {n} on the river." for n in range(batch + batch // 2)]
+    blocks = tokenize_in_blocks(DatasetDict(train=Dataset.from_dict({"text": texts})), tokenizer, "text", 16)["train"]
+    expected = []
+    for start in range(0, len(texts), batch):
+        stream = [t for ids in tokenizer(texts[start : start + batch])["input_ids"] for t in ids]
+        expected += [stream[i : i + 16] for i in range(0, len(stream) // 16 * 16, 16)]
+    assert blocks["input_ids"] == expected
 
 
 # ---- bad input -----------------------------------------------------------------------------

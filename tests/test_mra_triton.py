@@ -236,6 +236,25 @@ def test_unsupported_inputs_are_refused_with_the_reason(monkeypatch, device):
             make("mra2")(q, k, v)
 
 
+def test_the_size_limits_refuse_one_past_what_the_kernels_index(monkeypatch):
+    """The selection keys hold the pair index x * nb + y in PAIR_BITS bits, so nb blocks fit while
+    nb² <= 2**PAIR_BITS; batch x heads is the launch grid's second axis (CUDA allows 65535). Exactly
+    the most of each is accepted, one more refused (meta tensors: only the check runs)."""
+    monkeypatch.setattr(mra_triton, "kernels_interpreted", lambda: True)
+    options = mra.MraOptions(block_size=16)
+
+    def reason(batch_heads: int, length: int) -> str | None:
+        q = torch.empty(batch_heads, 1, length, 16, device="meta")
+        return mra_triton.triton_unavailable(q, q, q, options)
+
+    most_blocks = math.isqrt(2**mra_triton.PAIR_BITS)
+    assert reason(1, most_blocks * 16) is None
+    one_more = reason(1, most_blocks * 16 + 1)
+    assert re.fullmatch(rf"supports up to {most_blocks} blocks .*got {most_blocks * 16 + 1} tokens", one_more)
+    assert reason(65535, 64) is None
+    assert re.fullmatch(r"supports batch x heads up to 65535, got 65536", reason(65536, 64))
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["fp32", "bf16"])
 def test_the_kernels_compile_for_hopper_without_a_gpu(dtype):

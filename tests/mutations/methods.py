@@ -175,6 +175,20 @@ MUTATIONS: list[Mutation] = [
     ),
     # ---- MRA-2's triton backend (its kernels run in Triton's interpreter on CPU) --------------------------------
     Mutation(
+        P + "methods/mra_triton.py",
+        "if _blocks(length, options.block_size)[0] > MAX_BLOCKS:",
+        "if _blocks(length, options.block_size)[0] >= MAX_BLOCKS:",
+        (T + "test_mra_triton.py::-k size_limits",),
+        "triton: a sequence of exactly MAX_BLOCKS blocks is refused",
+    ),
+    Mutation(
+        P + "methods/mra_triton.py",
+        "if batch * heads > MAX_BATCH_HEADS:",
+        "if batch * heads >= MAX_BATCH_HEADS:",
+        (T + "test_mra_triton.py::-k size_limits",),
+        "triton: batch x heads of exactly the grid's limit is refused",
+    ),
+    Mutation(
         P + "methods/mra_triton_kernels.py",
         "prior_sets = tl.where(eligible, prior_sets, 0)",
         "prior_sets = prior_sets",

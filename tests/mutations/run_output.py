@@ -95,6 +95,20 @@ MUTATIONS: list[Mutation] = [
     ),
     Mutation(
         P + "tasks/mlm/compare_stage.py",
+        "self.seconds += time.perf_counter() - self._began",
+        "self.seconds = time.perf_counter() - self._began",
+        (T + "test_compare.py::-k train_seconds_add_up",),
+        "a comparison's train_seconds is the last step's time, not the sum of the steps'",
+    ),
+    Mutation(
+        P + "tasks/mlm/compare_stage.py",
+        'self.seconds = saved["attributes"]["seconds"]',
+        "self.seconds = 0.0",
+        (T + "test_compare.py::-k train_seconds_add_up",),
+        "a resumed comparison counts train_seconds from 0, not from the checkpoint's",
+    ),
+    Mutation(
+        P + "tasks/mlm/compare_stage.py",
         "    return training_args.get_process_log_level() <= logging.INFO",
         "    return training_args.get_process_log_level() < logging.INFO",
         (T + "test_compare.py::-k show_everything",),

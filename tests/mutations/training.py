@@ -6,6 +6,13 @@ from .base import Mutation, P, T
 MUTATIONS: list[Mutation] = [
     # ---- masked-LM pretraining ------------------------------------------------------------------
     Mutation(
+        P + "tasks/common/data.py",
+        "GROUPED_TEXTS = 1000",
+        "GROUPED_TEXTS = 100",
+        (T + "test_mlm.py::-k per_map_batch",),
+        "texts grouped into blocks 100 at a time (run_mlm.py: map's batch of 1000), so more tails are dropped",
+    ),
+    Mutation(
         P + "tasks/mlm/pretrain.py",
         "DataCollatorForLanguageModeling(tokenizer, mlm_probability=data_args.mlm_probability)",
         "DataCollatorForLanguageModeling(tokenizer)",
