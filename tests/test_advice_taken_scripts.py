@@ -185,7 +185,8 @@ def test_a_stage_without_its_split_advice(tmp_path, monkeypatch):
 
 
 def test_too_few_rows_to_carve_a_validation_split_advice(mlm, tmp_path, monkeypatch):
-    """'give --validation_file FILE (or raise --validation_split_percentage)': each gives an evaluation set."""
+    """'give --validation_file FILE (or raise --validation_split_percentage)': each gives an evaluation set;
+    without --do_eval none is carved nor needed, and the run trains on every row."""
     (tmp_path / "four.txt").write_text("\n".join(open(mlm["train"]).read().splitlines()[:4]) + "\n")
     flags = [f for f in pretrain_flags(mlm, tmp_path, "--do_eval") if f not in ("--validation_file", mlm["validation"])]
     flags[flags.index("--train_file") + 1] = str(tmp_path / "four.txt")
@@ -194,6 +195,8 @@ def test_too_few_rows_to_carve_a_validation_split_advice(mlm, tmp_path, monkeypa
         pretrain.main(flags)
     for advice in (["--validation_file", mlm["validation"]], ["--validation_split_percentage", "50"]):
         assert len(captured(monkeypatch, pretrain.main, [*flags, *advice])["eval_dataset"]) > 0
+    trained = captured(monkeypatch, pretrain.main, [f for f in flags if f != "--do_eval"])
+    assert trained["eval_dataset"] is None and len(trained["train_dataset"]) > 0
 
 
 def test_no_text_column_advice(mlm, tmp_path, monkeypatch):

@@ -61,6 +61,20 @@ MUTATIONS: list[Mutation] = [
         "--line_by_line tokenisation ignores --overwrite_cache",
     ),
     Mutation(
+        P + "tasks/common/data.py",
+        'carved = carve_validation(raw["train"], percentage, validation_needed)',
+        'carved = carve_validation(raw["train"], percentage)',
+        (T + "test_advice_taken_scripts.py::-k too_few_rows",),
+        "a training set too small to carve from is refused even without --do_eval",
+    ),
+    Mutation(
+        P + "tasks/mlm/pretrain.py",
+        "validation_needed=training_args.do_eval,",
+        "validation_needed=True,",
+        (T + "test_advice_taken_scripts.py::-k too_few_rows",),
+        "pretrain_mlm.py needs a validation split to carve even without --do_eval",
+    ),
+    Mutation(
         P + "tasks/glue.py",
         "        data_args.dataset_name,\n",
         "        GLUE_HUB_DATASET,\n",
