@@ -133,7 +133,8 @@ def test_loads_as_bert_running_the_recorded_method_with_every_weight_mapped(name
 
 def write_weights(state_dict, folder, name):
     """``state_dict`` saved in ``folder`` as ``name`` (one of released.WEIGHT_FILES): an ``.index.json``
-    splits it into two shards, as ``save_pretrained(max_shard_size=...)`` does."""
+    splits it into two shards, as ``save_pretrained(max_shard_size=...)`` does. Written here because
+    Transformers 5's ``save_pretrained`` writes safetensors only, and released checkpoints come as both."""
     state_dict = {key: value.clone().contiguous() for key, value in state_dict.items()}  # tied weights apart
     save = save_file if ".safetensors" in name else torch.save
     if not name.endswith(".index.json"):
