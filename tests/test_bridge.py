@@ -192,6 +192,29 @@ def test_causal_mask_is_rejected():
     assert key_padding_mask_from(padding, 2, SEQ)[1].sum() == REAL
 
 
+def test_the_mask_function_takes_packed_rows_and_refuses_other_compositions():
+    """Transformers (from 5.25) composes a packed-sequence mask for position_ids that restart without an
+    attention mask: the mask function takes it (the bridge keeps the sequences apart itself), not a
+    composition with any other part, nor the packed remapping of a causal mask."""
+    from transformers import masking_utils as masks
+
+    from hf_efficient_attn.integration.bridge import key_padding_mask_function
+
+    config = tiny_config("bert", attn_implementation="mra2")
+    position_ids = torch.cat([torch.arange(5), torch.arange(SEQ - 5)])[None]
+    embeds = torch.zeros(1, SEQ, 4)
+    assert masks.create_bidirectional_mask(config, embeds, None, position_ids=position_ids) is None
+    sequences = masks.find_packed_sequence_indices(position_ids)
+    packed = masks.packed_sequence_mask_function(sequences)
+    for wrong in (
+        masks.and_masks(masks.bidirectional_mask_function, masks.sliding_window_overlay(3)),
+        masks.and_masks(masks.remap_positions_for_packed_sequence(masks.causal_mask_function, position_ids), packed),
+        masks.and_masks(masks.remap_positions_for_packed_sequence(masks.bidirectional_mask_function, position_ids)),
+    ):
+        with pytest.raises(ValueError, match="bidirectional self-attention with a key-padding mask only"):
+            key_padding_mask_function(1, SEQ, SEQ, mask_function=wrong)
+
+
 @pytest.mark.parametrize("model_type", ["bert", "roberta"])
 def test_extend_position_embeddings_copies_the_table(model_type):
     from hf_efficient_attn.integration.positions import position_offset

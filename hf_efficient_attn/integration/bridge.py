@@ -20,7 +20,7 @@ from ..methods.base import METHOD_ATTRIBUTE, AttentionMethod, AttentionShape, is
 from ..registry import build_method, method_named_by, on_register, resolve_method, saved_attn_implementation
 from .longformer import EfficientLongformerSelfAttention
 from .packing import SEGMENTS_KEYWORD, attend_packed, groups_by_length, packed_segments
-from .transformers_private import requested_attn_implementation
+from .transformers_private import is_packed_bidirectional_mask, requested_attn_implementation
 
 #: Attribute a patched model sets on its method modules for a call with ``output_attentions=True``;
 #: then methods that form attention probabilities (those with a ``probabilities`` method) return them.
@@ -155,9 +155,11 @@ def key_padding_mask_function(
     """``AttentionMaskInterface`` function: a (B, 1, 1, N) bool key-padding mask, or None.
 
     Without a registered mask function Transformers would silently pass no padding mask to
-    a custom attention name.
+    a custom attention name. Packed rows without a padding mask (the mask Transformers builds from
+    restarting ``position_ids``) need none: the attention function keeps their sequences apart itself.
     """
-    if mask_function is not bidirectional_mask_function or q_length != kv_length:
+    packed = attention_mask is None and is_packed_bidirectional_mask(mask_function)
+    if (mask_function is not bidirectional_mask_function and not packed) or q_length != kv_length:
         raise ValueError(
             "efficient attention methods support bidirectional self-attention with a key-padding mask only; "
             "causal, cross-attention and custom masks are not supported"
