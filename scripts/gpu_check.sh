@@ -75,7 +75,7 @@ pairs='{"mra2": {"backend": "pairs"}}'
 long="--seq_lens 4096 8192 16384 32768"
 bf16="python3 scripts/benchmark.py --device cuda --dtype bf16"
 stage triton_tests 150 python3 -m pytest --device cuda -q -n 4 -p no:cacheprovider -m "not slow" --durations=10 \
-  tests/test_mra_triton.py tests/test_mra.py
+  tests/methods/test_mra_triton.py tests/methods/test_mra.py
 stage triton_attention 120 bash -c "set -e
   $bf16 --methods mra2,vmean --attn_config '$triton' $long --output_dir $results/attention_triton
   $bf16 --methods mra2,vmean --attn_config '$triton' $long --forward_only --output_dir $results/attention_triton_forward
@@ -119,7 +119,7 @@ EOF
 
 # Only the modules with device tests: the others import packages that machine may lack.
 stage tests 100 python3 -m pytest --device cuda -q -n 8 -p no:cacheprovider --durations=10 \
-  $(grep -l "pytest.mark.device" tests/test_*.py)
+  $(grep -rl --include="test_*.py" "pytest.mark.device" tests)
 bench="python3 scripts/benchmark.py --device cuda --dtype bf16"
 stage attention 75 $bench --methods mra2,mra2_s,nystromformer,vmean --seq_lens 1024 4096 8192 16384 32768 \
   --output_dir "$results/attention"

@@ -8,10 +8,10 @@ the tests caught and which survived. Exits 1 if any survived (or the unmutated t
     python scripts/mutation_check.py --slow            # also those only the slow tier can catch
 
 A developer tool (a run takes tens of minutes on 2 cores), not part of CI: run it on a module
-after changing it or its tests, and add a line to MUTATIONS (tests/mutations/, a module per area) for every promise
+after changing it or its tests, and add a line to MUTATIONS (tests/project/mutations/, a module per area) for every promise
 a new test guards.
 
-Reads: the mutations in tests/mutations/ and the repository it runs in (copied, without .git).
+Reads: the mutations in tests/project/mutations/ and the repository it runs in (copied, without .git).
 Writes: nothing in the repository (each copy is temporary); prints a line per mutation.
 """
 
@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass, field
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(REPO, "tests"))  # the list lives beside the tests it names
+sys.path.insert(0, os.path.join(REPO, "tests", "project"))  # the list lives beside the rule tables
 from mutations import MUTATIONS, Mutation  # noqa: E402
 
 #: What a copy needs to run the tests (no .git, no virtual environment, no outputs; the docs, which

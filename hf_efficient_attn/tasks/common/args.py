@@ -363,8 +363,8 @@ def parse_arguments(
     ``eval_results.json``, ``all_results.json``, ``trainer_state.json``, the model, ...); then
     ``examples:`` with commands. A flag's help that states what happens without the flag says it
     last, as ``Default: ...`` (per mode: ``Default: A; with --flag: B``); --help then shows no
-    ``(default: X)`` of its own (:func:`shown_default`). tests/test_cli_help.py and
-    tests/defaults_table.py read these forms.
+    ``(default: X)`` of its own (:func:`shown_default`). tests/project/test_cli_help.py and
+    tests/project/defaults_table.py read these forms.
 
     A single argument ending in ``.json`` is read as the whole configuration (its keys are the
     flag names), as in Transformers' examples. An unknown flag or key (with a plausible flag it

@@ -1,0 +1,133 @@
+"""Mutations of the flags of the tool scripts."""
+
+from .base import Mutation, P, T
+
+MUTATIONS: list[Mutation] = [
+    # ---- flags of the tool scripts ---------------------------------------------------------------------------
+    Mutation(
+        P + "tasks/convert.py",
+        "        conversion_args.max_length,\n",
+        "        4096,\n",
+        (T + "project/test_flags_tools.py::-k convert_flags",),
+        "convert_to_long --max_length ignored",
+    ),
+    Mutation(
+        P + "tasks/convert.py",
+        "        conversion_args.output_dir,\n",
+        "        None,\n",
+        (T + "project/test_flags_tools.py::-k convert_flags",),
+        "convert_to_long --output_dir ignored (nothing saved)",
+    ),
+    Mutation(
+        P + "tasks/convert.py",
+        "seed=conversion_args.seed,",
+        "seed=0,",
+        (T + "project/test_flags_tools.py::-k convert_flags",),
+        "convert_to_long --seed ignored",
+    ),
+    Mutation(
+        P + "tasks/convert.py",
+        "source_record(model_name_or_path, base_model, **hub_kwargs)",
+        "source_record(model_name_or_path, None, **hub_kwargs)",
+        (T + "project/test_flags_tools.py::-k convert_flags",),
+        "convert_to_long --base_model not recorded",
+    ),
+    Mutation(
+        P + "tools/demo.py",
+        "AutoModel.from_pretrained(path, attn_impl=method, attn_config=attn_config)",
+        'AutoModel.from_pretrained(path, attn_impl="mra2", attn_config=None)',
+        (T + "project/test_flags_tools.py::-k demo_flags",),
+        "demo --attn_impl ignored",
+    ),
+    Mutation(
+        P + "tools/demo.py",
+        "AutoModel.from_pretrained(path, attn_impl=method, attn_config=attn_config)",
+        "AutoModel.from_pretrained(path, attn_impl=method)",
+        (T + "project/test_flags_tools.py::-k demo_flags",),
+        "demo --attn_config ignored",
+    ),
+    Mutation(
+        P + "tools/demo.py",
+        "articles[:num_articles]",
+        "articles[:8]",
+        (T + "project/test_flags_tools.py::-k demo_flags",),
+        "demo --num_articles ignored",
+    ),
+    Mutation(
+        P + "tools/demo.py",
+        "wikipedia_articles(min_words=long_length)",
+        "wikipedia_articles()",
+        (T + "project/test_flags_tools.py::-k demo_flags",),
+        "demo --long_length does not pick long articles",
+    ),
+    Mutation(
+        P + "tools/demo.py",
+        "extend_position_embeddings(model, long_length)",
+        "extend_position_embeddings(model, 4096)",
+        (T + "project/test_flags_tools.py::-k demo_flags",),
+        "demo --long_length does not size the position table",
+    ),
+    Mutation(
+        P + "tools/demo.py",
+        "max_length=long_length, return_tensors",
+        "max_length=512, return_tensors",
+        (T + "project/test_flags_tools.py::-k demo_flags",),
+        "demo --long_length does not size the long input",
+    ),
+    Mutation(
+        P + "serving/cli.py",
+        "export_folder(args.model_dir, args.output_dir,",
+        "export_folder(args.output_dir, args.model_dir,",
+        (T + "project/test_flags_tools.py::-k export_flags",),
+        "export_onnx --model_dir / --output_dir swapped",
+    ),
+    Mutation(
+        P + "serving/onnx.py",
+        "export_onnx(model, output_dir / ONNX_FILE, seq_len, opset)",
+        "export_onnx(model, output_dir / ONNX_FILE, 128, opset)",
+        (T + "project/test_flags_tools.py::-k export_flags",),
+        "export_onnx --export_length not the traced length",
+    ),
+    Mutation(
+        P + "serving/onnx.py",
+        "    inputs = padded_batch(model, seq_len)\n",
+        "    inputs = padded_batch(model, 128)\n",
+        (T + "project/test_flags_tools.py::-k export_flags",),
+        "export_onnx traces at a fixed length",
+    ),
+    Mutation(
+        P + "serving/onnx.py",
+        "for i, n in enumerate([seq_len, *check_lengths])",
+        "for i, n in enumerate([seq_len])",
+        (T + "project/test_flags_tools.py::-k export_flags",),
+        "export_onnx --check_lengths not checked",
+    ),
+    Mutation(
+        P + "serving/cli.py",
+        "args.export_length, args.check_lengths, args.opset",
+        "args.export_length, [], args.opset",
+        (T + "project/test_flags_tools.py::-k export_flags",),
+        "export_onnx --check_lengths ignored by the CLI",
+    ),
+    Mutation(
+        P + "serving/onnx.py",
+        "opset_version=opset,",
+        "opset_version=None,",
+        (T + "project/test_flags_tools.py::-k export_flags",),
+        "export_onnx --opset ignored",
+    ),
+    Mutation(
+        P + "serving/onnx.py",
+        "export_onnx(model, output_dir / ONNX_FILE, seq_len, opset)",
+        "export_onnx(model, Path(model_dir) / ONNX_FILE, seq_len, opset)",
+        (T + "project/test_flags_tools.py::-k export_flags",),
+        "export_onnx writes model.onnx outside --output_dir",
+    ),
+    Mutation(
+        P + "tasks/convert.py",
+        '    if output_dir is not None and os.path.isfile(os.path.join(output_dir, "config.json")):',
+        "    if False:",
+        (T + "project/test_flags_tools.py::-k convert_flags",),
+        "convert_to_long silently overwrites a folder that holds a model",
+    ),
+]
