@@ -19,7 +19,21 @@ def pytest_addoption(parser):
     )
 
 
+def share_the_cores_between_workers() -> None:
+    """Under pytest-xdist, each worker's torch (and each process a test starts, through OMP_NUM_THREADS)
+    uses its share of the cores: with torch's default of one thread per core in every worker, the workers'
+    OpenMP threads outnumber the cores and spin waiting for each other (the default tier took several
+    times as long on 2 cores). A thread count the caller set is kept."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers < 2 or "OMP_NUM_THREADS" in os.environ:
+        return
+    threads = max(1, len(os.sched_getaffinity(0)) // workers)
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    torch.set_num_threads(threads)
+
+
 def pytest_configure(config):
+    share_the_cores_between_workers()
     config.addinivalue_line("markers", "device: runs on the --device given (tensors created there by default)")
     if config.getoption("--device") == "cpu":
         # MRA-2's triton backend runs its kernels through Triton's interpreter (numpy) here; Triton reads
