@@ -4,7 +4,7 @@ unless --dry_run, clear errors on bad input that write nothing."""
 from __future__ import annotations
 
 import json
-import subprocess
+import runpy
 import sys
 from pathlib import Path
 
@@ -130,6 +130,10 @@ def test_variant_name_and_repo_id():
     assert resolve_repo_id("org/my-name", "ignored") == "org/my-name"
 
 
-def test_script_help_runs():
-    run = subprocess.run([sys.executable, str(REPO / "scripts" / "push_to_hub.py"), "--help"], capture_output=True, text=True)
-    assert run.returncode == 0 and "--dry_run" in run.stdout and "--results_file" in run.stdout
+def test_script_help_names_the_upload_flags(monkeypatch, capsys):
+    """The script's --help, run here (tests/project/test_cli_startup.py runs every script's in a fresh process)."""
+    monkeypatch.setattr(sys, "argv", ["push_to_hub.py", "--help"])
+    with pytest.raises(SystemExit) as exit_info:
+        runpy.run_path(str(REPO / "scripts" / "push_to_hub.py"), run_name="__main__")
+    out = capsys.readouterr().out
+    assert exit_info.value.code == 0 and "--dry_run" in out and "--results_file" in out

@@ -180,6 +180,8 @@ WITHOUT_PLUGIN = textwrap.dedent(
 # linformer (a method with parameters) in the slow tier: each route is a fresh process.
 @pytest.mark.parametrize("method", ["mra2", pytest.param("linformer", marks=pytest.mark.slow)])
 def test_without_the_plugin_every_route_refuses_naming_it(variants, method):
+    """Seconds: a process where the plugin cannot be imported (this one has it) loads Transformers and
+    sentence-transformers afresh; the four routes share it."""
     folder, _ = variants[method]
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     run = subprocess.run(

@@ -30,13 +30,14 @@ SMALL_OPTIONS = {
 
 
 def tiny_model(method: str, arch: str = "bert", train: bool = False, max_len: int = 128, **options) -> nn.Module:
-    """A 2-layer encoder (hidden 64, 2 heads, no dropout, so that training steps are deterministic)
-    patched with ``method`` and ``SMALL_OPTIONS`` updated by ``options``; weights from the global RNG."""
+    """A 1-layer encoder (hidden 64, 2 heads, no dropout, so that training steps are deterministic)
+    patched with ``method`` and ``SMALL_OPTIONS`` updated by ``options``; weights from the global RNG.
+    One layer: a second runs the same modules, adding tracing time and nothing new to trace."""
     config = T.AutoConfig.for_model(
         arch,
         vocab_size=VOCAB,
         hidden_size=64,
-        num_hidden_layers=2,
+        num_hidden_layers=1,
         num_attention_heads=2,
         intermediate_size=128,
         max_position_embeddings=max_len + 2,

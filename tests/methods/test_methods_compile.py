@@ -1,4 +1,4 @@
-"""Every method but MRA traces, compiles and exports: a patched 2-layer BERT (and RoBERTa, with one
+"""Every method but MRA traces, compiles and exports: a patched 1-layer BERT (and RoBERTa, with one
 method) on a padded batch compiles in one graph (``fullgraph``: any graph break fails) in eval and training mode, the
 compiled eval forward equals eager, so do the training gradients of methods without training-time
 draws, and the ONNX export (dynamic batch and length) run by ONNX Runtime equals eager at the

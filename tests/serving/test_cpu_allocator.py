@@ -52,7 +52,8 @@ def test_kept_memory_is_reused_without_page_faults():
 
 def test_a_users_own_allocator_setting_is_left_alone():
     """With MALLOC_MMAP_THRESHOLD_ in the environment (here: glibc's usual 128 KiB), nothing is
-    changed, and 64 MiB tensors are faulted in every time as the user asked."""
+    changed, and 64 MiB tensors are faulted in every time as the user asked. Seconds: glibc reads
+    the variable when a process starts, so a fresh one imports the package."""
     chosen = faults_of_reused_tensors("keep", MALLOC_MMAP_THRESHOLD_="131072")
     assert not chosen["applied"] and min(chosen["faults"]) > 10_000
 

@@ -80,13 +80,15 @@ def build_classifier(tmp):
 @pytest.fixture(scope="module")
 def embedder(built_once):
     """A tiny sentence-transformers model (mean pooling, normalized) with MRA-2, exported by the script
-    with --int8 and checked on texts (a .jsonl file) at --validation_length 300 (read-only)."""
+    with --int8 and checked on texts (a .jsonl file) at --validation_length 300 (read-only). Seconds,
+    once per test run: torch.export traces MRA-2's model."""
     return built_once("onnx_encode_embedder", build_embedder)
 
 
 @pytest.fixture(scope="module")
 def classifier(built_once):
-    """A tiny 3-label classifier with MRA-2, exported (read-only), and the PyTorch model."""
+    """A tiny 3-label classifier with MRA-2, exported (read-only), and the PyTorch model. Seconds, once
+    per test run: torch.export traces MRA-2's model."""
     tmp = built_once("onnx_encode_classifier", build_classifier)
     return hea.AutoModelForSequenceClassification.from_pretrained(tmp / "model").eval(), tmp
 

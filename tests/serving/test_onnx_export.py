@@ -34,6 +34,8 @@ def run_onnx(folder, inputs):
 
 @pytest.mark.parametrize("method", [pytest.param("softmax", marks=pytest.mark.slow), "performer"])
 def test_exported_variant_equals_pytorch_at_any_length_and_batch(tmp_path, method):
+    """Seconds: torch.export traces the model (one layer would not export less code); one method
+    in the default tier, the exact one in the slow tier."""
     model = save_variant(tmp_path / "variant", method)
     cli.main(["--model_dir", str(tmp_path / "variant"), "--output_dir", str(tmp_path / "onnx"), "--export_length", "64"])
     written = {p.name for p in (tmp_path / "onnx").iterdir()}

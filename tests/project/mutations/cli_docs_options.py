@@ -224,7 +224,7 @@ MUTATIONS: list[Mutation] = [
         P + "methods/base.py",
         "+ [0, length - x.shape[dim]]",
         "+ [length - x.shape[dim], 0]",
-        (T + "methods/test_mra_export.py::-k onnx_runtime_runs_the_exported_method",),
+        (T + "methods/test_mra_compile.py::-k new_lengths",),
         "pad_to_length pads at the start when traced: the exported MRA's internal padding moves real tokens",
     ),
     # ---- the flag table --------------------------------------------------------------------------------------------
