@@ -265,15 +265,20 @@ def test_prepare_glue_sample_flags(tmp_path, sample, reader):
         assert pd.read_csv(tmp_path / f"{split}.csv", keep_default_na=False)["sentence"].tolist() == texts
 
 
-def test_prepare_wikihop_flags(tmp_path, monkeypatch):
+def test_prepare_wikihop_flags(tmp_path, monkeypatch, capsys):
     """--train_examples synthetic examples go to train.json, the real ones and --dev_examples synthetic
-    ones to dev.json, both in --output_dir."""
+    ones to dev.json, both in --output_dir; the line printed counts what each file holds. Each count
+    must be positive (0 would leave dev.json with the real examples alone)."""
     real = [{"id": "WH_dev_0"}, {"id": "WH_dev_1"}]
     monkeypatch.setattr(qangaroo, "real_examples", lambda: real)
     script_main("prepare_wikihop")(["--output_dir", str(tmp_path), "--train_examples", "5", "--dev_examples", "3"])
     train = json.loads((tmp_path / "train.json").read_text())
     dev = json.loads((tmp_path / "dev.json").read_text())
     assert len(train) == 5 and dev[:2] == real and len(dev) == 2 + 3
+    assert capsys.readouterr().out.strip() == f"wrote {len(train)} training and {len(dev)} development examples"
+    for flag in ("--train_examples", "--dev_examples"):
+        with pytest.raises(ValueError, match=f"{flag} must be a positive integer"):
+            script_main("prepare_wikihop")(["--output_dir", str(tmp_path / "other"), flag, "0"])
 
 
 def test_prepare_wikipedia_flags(tmp_path, monkeypatch):

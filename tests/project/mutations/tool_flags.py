@@ -130,4 +130,40 @@ MUTATIONS: list[Mutation] = [
         (T + "project/test_flags_tools.py::-k convert_flags",),
         "convert_to_long silently overwrites a folder that holds a model",
     ),
+    # ---- blind set 9's survivors (2026-12-07), each with its test ---------------------------------------------------
+    Mutation(
+        P + "tasks/wikihop/qangaroo.py",
+        'return {"train": train_examples, "dev": len(dev)}',
+        'return {"train": train_examples, "dev": dev_examples}',
+        (T + "project/test_flags_tools.py::-k prepare_wikihop",),
+        "prepare_wikihop.py counts dev.json's synthetic examples only (not the 2 real ones)",
+    ),
+    Mutation(
+        "scripts/prepare_wikihop.py",
+        'check_positive_flags(self, "train_examples", "dev_examples")',
+        'check_positive_flags(self, "train_examples")',
+        (T + "project/test_flags_tools.py::-k prepare_wikihop",),
+        "prepare_wikihop.py --dev_examples 0 accepted",
+    ),
+    Mutation(
+        P + "tasks/common/adapters.py",
+        "if not 0 <= self.lora_dropout < 1:",
+        "if not 0 < self.lora_dropout < 1:",
+        (T + "tasks/test_glue.py::test_peft_arguments_are_checked",),
+        "--lora_dropout 0 (no dropout) refused",
+    ),
+    Mutation(
+        P + "tools/quality/capture.py",
+        "if seq_len > max_tokens(model.config):",
+        "if seq_len >= max_tokens(model.config):",
+        (T + "tools/test_quality.py::-k beyond_the_position_table",),
+        "capture_qkv at exactly the position table's length stretches a copy (and fails)",
+    ),
+    Mutation(
+        P + "tools/quality/report.py",
+        'row["speedup"] = r.exact_ms / r.ms if',
+        'row["speedup"] = r.ms / r.exact_ms if',
+        (T + "tools/test_quality.py::-k csv_speedup",),
+        "quality.py's CSV speedup inverted",
+    ),
 ]
