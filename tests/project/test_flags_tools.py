@@ -333,3 +333,23 @@ def test_mutation_check_flags(monkeypatch, capsys, argv, runs):
     assert recorded == runs
     if "--list" in argv:
         assert capsys.readouterr().out.splitlines() == ["pkg/a.py: bug a  [t_a]", "pkg/b.py: bug b  [t_b]  (slow)"]
+
+
+@pytest.mark.parametrize("status, caught", [("failed", True), ("timeout", True), ("passed", False), ("error", False)])
+def test_mutation_check_verdicts(monkeypatch, capsys, status, caught):
+    """A mutation whose tests fail, or run past --timeout (an infinite loop the bug made), is caught;
+    one whose tests pass, or cannot run (nothing collected), survived: exit status 1."""
+    main = script_main("mutation_check")
+    check = main.__globals__
+    mutation = check["Mutation"]("pkg/a.py", "x = 1", "x = 2", ("t_a",), "bug a")
+    monkeypatch.setitem(check, "MUTATIONS", [mutation])
+
+    def copy_repository(root):
+        os.makedirs(os.path.join(root, "pkg"))
+        with open(os.path.join(root, mutation.path), "w") as f:
+            f.write(mutation.original)
+
+    monkeypatch.setitem(check, "copy_repository", copy_repository)
+    monkeypatch.setitem(check, "run_tests", lambda root, tests, timeout: (status, 0.0))
+    assert main(["--no_baseline"]) == (0 if caught else 1)
+    assert capsys.readouterr().out.splitlines()[0].startswith("caught  " if caught else "SURVIVED")

@@ -98,3 +98,19 @@ def test_glibc_malloc_flag_is_for_the_model_and_attention_benchmarks_on_cpu():
             cli.parse_args([*other, "--glibc_malloc"])
     assert cli.parse_args(["--model", "--glibc_malloc", "--device", "cpu"]).glibc_malloc
     assert cli.parse_args(["--glibc_malloc"]).glibc_malloc
+
+
+@pytest.mark.parametrize("variable, value", [("MALLOC_MMAP_THRESHOLD_", "131072"), ("MALLOC_TRIM_THRESHOLD_", "0"),
+                                             ("MALLOC_TOP_PAD_", "0"), ("GLIBC_TUNABLES", "glibc.malloc.trim_threshold=0"),
+                                             ("LD_PRELOAD", "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2")])  # fmt: skip
+def test_each_way_a_user_chooses_the_allocator_is_left_alone(monkeypatch, variable, value):
+    """glibc's variables, its tunables, and another allocator preloaded (jemalloc, tcmalloc): nothing is
+    set through mallopt, and the call says so."""
+    for name in cpu_allocator.USER_SETTINGS:
+        monkeypatch.delenv(name, raising=False)
+    calls = []
+    monkeypatch.setattr(cpu_allocator, "_mallopt", lambda option, value: calls.append(option) or True)
+    monkeypatch.setenv(variable, value)
+    assert cpu_allocator.keep_freed_memory() is False and calls == []
+    monkeypatch.delenv(variable)
+    assert cpu_allocator.keep_freed_memory() is True and len(calls) == 2

@@ -166,4 +166,18 @@ MUTATIONS: list[Mutation] = [
         (T + "tools/test_quality.py::-k csv_speedup",),
         "quality.py's CSV speedup inverted",
     ),
+    Mutation(
+        "scripts/mutation_check.py",
+        'caught = status in ("failed", "timeout")',
+        'caught = status == "failed"',
+        (T + "project/test_flags_tools.py::-k mutation_check_verdicts",),
+        "mutation_check.py reports a mutation whose tests time out as survived",
+    ),
+    Mutation(
+        P + "utils/cpu_allocator.py",
+        '"GLIBC_TUNABLES", "LD_PRELOAD")',
+        '"GLIBC_TUNABLES")',
+        (T + "serving/test_cpu_allocator.py::-k each_way_a_user_chooses",),
+        "a preloaded jemalloc / tcmalloc still gets glibc's mallopt settings",
+    ),
 ]
