@@ -68,7 +68,11 @@ def compare_arguments(files, output_dir, *extra):
 def run_as_a_user(script, arguments, python_path=REPO, **env) -> tuple[int, list[str]]:
     """Exit status and lines (stdout and stderr) of ``scripts/<script>.py arguments`` run as a user runs
     it, in a process group of its own (what a terminal's Ctrl-C reaches); ``env`` added to the environment."""
-    env = {**os.environ, "PYTHONPATH": python_path, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", **env}
+    # Not what the tests of this process left behind: TrainingArguments(torch_compile=True) sets
+    # ACCELERATE_DYNAMO_* in os.environ for good, and a user's shell holds no PYTEST_* variables.
+    leftovers = ("ACCELERATE_", "FSDP_", "PYTEST_")
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith(leftovers)}, "PYTHONPATH": python_path,
+           "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", **env}  # fmt: skip
     for variable in ("TRANSFORMERS_VERBOSITY", "HF_DATASETS_DISABLE_PROGRESS_BARS", DEBUG_VARIABLE):
         env.pop(variable, None)
     result = subprocess.run([sys.executable, f"scripts/{script}.py", *arguments], cwd=REPO, env=env, start_new_session=True,
