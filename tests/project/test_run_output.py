@@ -92,7 +92,8 @@ def printed(arguments, script="pretrain_mlm") -> list[str]:
 def test_a_short_run_prints_what_a_user_needs(files, tmp_path, log_level):
     """A 10-step run with evaluation prints its progress, metrics, summary and output folder in at
     most 40 lines; Transformers' and datasets' info lines (configs, loading, Trainer's advertisement)
-    only with --log_level info, which prints every line Transformers' examples print."""
+    only with --log_level info, which prints every line Transformers' examples print. Seconds: the
+    script runs as a user runs it, in a fresh interpreter (what it prints is the process's output)."""
     out = tmp_path / "out"
     level = ["--log_level", log_level] if log_level else []
     lines = printed(mlm_arguments(files, out, "--do_eval", "--max_steps", "10", "--max_eval_samples", "8", *level))
@@ -115,9 +116,9 @@ def test_a_short_comparison_prints_what_a_user_needs(request, tmp_path, log_leve
     whose run by default is shared with test_compare), evaluated and saved every 2 steps, prints for each
     method what it trains and where, its training bar and its closing line, then where the results went:
     at most 40 lines, no line per evaluation or checkpoint and no Trainer metrics block. --log_level info
-    prints all that Trainer and the libraries print. Seconds: the comparison runs once per test run as a
-    user runs it (its process and a spawned process per stage, each importing the training stack), for
-    every test that reads it."""
+    prints all that Trainer and the libraries print. Seconds: the comparison runs once per test run as
+    a user runs it (its process, and its methods' processes forked from a fork server that imports the
+    training stack once), for every test that reads it."""
     if log_level is None:
         out, _ = request.getfixturevalue("finished")
         lines = (out.parent / "printed.txt").read_bytes().decode().split("\n")  # bytes: a bar's \r updates stay in their line
@@ -306,7 +307,7 @@ def test_ctrl_c_ends_a_comparisons_method_process_quietly(monkeypatch):
 def test_a_method_process_interrupted_alone_interrupts_the_comparison(monkeypatch, status, raised):
     """A method's process that Ctrl-C reached alone (exit status 130, nothing sent) interrupts the
     parent as its own Ctrl-C would (the one line, exit 130); one that died otherwise is an error naming
-    its exit status. (Forked here, with the stage replaced; the comparison spawns its processes.)"""
+    its exit status. (Forked here, with the stage replaced; the comparison starts its processes from a fork server.)"""
 
     def stopped_stage(stage):
         if status is None:

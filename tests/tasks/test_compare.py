@@ -3,6 +3,8 @@ summary against softmax; every method starts from the same warmed weights (the h
 the head only); a rerun skips finished methods and resumes an interrupted one; bad flags are one
 line; the recommendation follows the numbers."""
 
+import multiprocessing
+import multiprocessing.forkserver
 import os
 import shutil
 from types import SimpleNamespace
@@ -86,6 +88,16 @@ def test_a_tiny_comparison_writes_its_csv_plot_and_summary(finished):
     assert [line.split("|")[1].strip() for line in table] == ["`softmax`", "`linformer`"]
     assert table[0].split("|")[4].strip() == "+0.00" and table[0].split("|")[7].strip() == "1.00x"
     assert "**Recommendation.** At 64 tokens, use `" in summary
+
+
+@pytest.mark.skipif("forkserver" not in multiprocessing.get_all_start_methods(), reason="no fork server (Windows)")
+def test_a_methods_process_is_forked_from_a_server_that_imported_the_stage():
+    """Not a fork of the comparison's process (its CUDA state and memory would be the method's), and
+    not a spawned interpreter that imports torch and Transformers again (seconds a method): a child of
+    Python's fork server, which preloads compare_stage. (The tiny comparison runs its methods so.)"""
+    context = compare_stage.method_process_context()
+    assert context.get_start_method() == "forkserver"
+    assert multiprocessing.forkserver._forkserver._preload_modules == [compare_stage.__name__]  # no public getter
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="reads Linux's /proc")
