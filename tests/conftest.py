@@ -1,6 +1,12 @@
 import gc
 import os
+import sys
 from pathlib import Path
+
+# pytest caches each test module's assert-rewritten code in __pycache__ unless bytecode writing is off;
+# with PYTHONDONTWRITEBYTECODE set (as on this project's machines) every worker of every run rewrote all
+# 120 modules again, seconds of each run. The tests' caches are written whatever the environment says.
+sys.dont_write_bytecode = False
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")

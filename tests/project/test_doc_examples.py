@@ -1,5 +1,5 @@
 """Every fenced ```python and ```bash block of README.md, docs/*.md and docs/methods/*.md runs as
-written, offline (HF_HUB_OFFLINE=1), in a fresh process and an empty working folder.
+written, offline (HF_HUB_OFFLINE=1), in a process of its own and an empty working folder.
 
 A block that cannot run here says so in an HTML comment on the line before it,
 ``<!-- example: KIND[: note] -->`` (kinds separated by commas; :data:`SKIPS` and :data:`RUNS`), and
@@ -8,8 +8,10 @@ is skipped with the reason. An unmarked block runs in the default tier.
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import select
 import subprocess
 import sys
 import textwrap
@@ -117,13 +119,59 @@ def quickstart_stand_in(built_once) -> Path:
     return built_once("quickstart_stand_in", build) / "2-mlm"
 
 
-def _program(example: Example) -> list[str]:
-    if example.language == "bash":
-        return ["bash", "-e", "example.sh"]
+#: Runs each python example it is sent (one JSON line: the folder, the code to run) in a child forked from
+#: an interpreter that has imported hf_efficient_attn, as every python example does first; answers one
+#: line: the child's exit status. The child's output goes to output.txt in the example's folder.
+EXAMPLE_SERVER = r"""
+import json, os, sys, traceback
+import hf_efficient_attn  # noqa: F401  (what every python example imports; the children inherit it)
+
+for line in sys.stdin:
+    request = json.loads(line)
+    pid = os.fork()
+    if pid == 0:
+        os.chdir(request["folder"])
+        output = os.open("output.txt", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        os.dup2(output, 1), os.dup2(output, 2)
+        sys.argv, sys.path[0] = ["example.py"], request["folder"]  # as `python example.py` there
+        code = 0
+        try:
+            exec(compile(request["code"], "example.py", "exec"), {"__name__": "__main__", "__file__": "example.py"})
+        except SystemExit as stop:
+            code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
+        except BaseException:  # noqa: BLE001  (printed, as the interpreter would, and the status says it)
+            traceback.print_exc()
+            code = 1
+        sys.stdout.flush(), sys.stderr.flush()
+        os._exit(code)
+    print(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), flush=True)
+"""
+
+
+def _environment() -> dict[str, str]:
+    """Offline, the repository importable, the virtual environment's commands first."""
+    return {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+            "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+            "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def example_server():
+    """:data:`EXAMPLE_SERVER`, started once per worker. Seconds: it imports hf_efficient_attn (torch,
+    Transformers' modeling code) once, instead of once per example."""
+    server = subprocess.Popen([sys.executable, "-c", EXAMPLE_SERVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True, env=_environment(), cwd=REPO)  # fmt: skip
+    yield server
+    server.stdin.close()
+    server.wait(timeout=60)
+
+
+def _python_code(example: Example) -> str:
+    """The code a python example runs: the block, or the block run as the module its marker names."""
     if "module" not in example.kinds:
-        return [sys.executable, "example.py"]
+        return example.code
     name = example.kinds["module"]
-    runner = (
+    return (
         "import importlib, sys, types\n"
         f"name = {name!r}\n"
         "package = name.rpartition('.')[0]\n"
@@ -132,13 +180,29 @@ def _program(example: Example) -> list[str]:
         "module.__package__, module.__file__ = package, 'example.py'\n"
         "exec(compile(open('example.py').read(), 'example.py', 'exec'), module.__dict__)\n"
     )
-    return [sys.executable, "-c", runner]
+
+
+def _run(example: Example, folder: Path, request) -> tuple[int, str]:
+    """Exit status and output of ``example`` run in ``folder``: a bash block in a fresh shell, a python
+    block in a child of the example server (a fresh process that starts where every python example
+    starts: hf_efficient_attn imported)."""
+    if example.language == "bash":
+        result = subprocess.run(["bash", "-e", "example.sh"], cwd=folder, env=_environment(), capture_output=True,
+                                text=True, timeout=900)  # fmt: skip
+        return result.returncode, result.stdout[-3000:] + "\n" + result.stderr[-3000:]
+    server = request.getfixturevalue("example_server")
+    server.stdin.write(json.dumps({"folder": str(folder), "code": _python_code(example)}) + "\n")
+    server.stdin.flush()
+    if not select.select([server.stdout], [], [], 900)[0]:
+        pytest.fail(f"{example.id} ran past 900 s")
+    status = int(server.stdout.readline())
+    return status, (folder / "output.txt").read_text()[-6000:]
 
 
 @pytest.mark.parametrize("example", [_param(example) for example in EXAMPLES])
 def test_the_example_runs_as_written(example, tmp_path, request):
-    """Seconds each: a fresh interpreter imports hf_efficient_attn (torch, Transformers' modeling
-    code) as the reader's does; running the examples in this process would let one change another."""
+    """The python blocks run in processes forked from one that imported hf_efficient_attn (each its
+    own process and folder, so that no example changes another); the bash blocks in a fresh shell."""
     skips = [f"{kind}: {SKIPS[kind]}" + (f" ({note})" if note else "") for kind, note in example.kinds.items()
              if kind in SKIPS]  # fmt: skip
     if skips:
@@ -149,8 +213,5 @@ def test_the_example_runs_as_written(example, tmp_path, request):
     if "after-quickstart" in example.kinds:
         (tmp_path / "outputs" / "quickstart").mkdir(parents=True)
         (tmp_path / "outputs" / "quickstart" / "2-mlm").symlink_to(request.getfixturevalue("quickstart_stand_in"))
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
-           "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
-           "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]}  # fmt: skip
-    result = subprocess.run(_program(example), cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
-    assert result.returncode == 0, f"{example.id}\n{example.code}\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    status, output = _run(example, tmp_path, request)
+    assert status == 0, f"{example.id}\n{example.code}\n{output}"
