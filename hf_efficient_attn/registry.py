@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import functools
+import operator
 from typing import Any, Callable
 
 import torch
@@ -39,6 +41,8 @@ def register_method(cls: type[AttentionMethod] | None = None, *, replace: bool =
             "choose another name, or use @register_method(replace=True) to replace it"
         )
     _METHODS[cls.name] = cls
+    if taken is not None and taken is not cls:  # efficient_attention's modules of the replaced class
+        _FUNCTIONAL_MODULES.clear()
     for listener in _LISTENERS:
         listener(cls.name)
     return cls
@@ -200,10 +204,17 @@ def efficient_attention(
     ``nn.MultiheadAttention``'s ``key_padding_mask``. Bool or integer tensors; anything else is a
     ``ValueError``.
 
-    q, k, v are positional, so every option name is free (Linformer's ``k=``). A fresh method
-    module is built for the call, in eval mode, so sampling methods are reproducible for a given
-    ``seed``, and learnable methods (Linformer) use their reproducible initialisation
-    (:func:`build_method`: identical calls give identical outputs; the global RNG is left untouched).
+    q, k, v are positional, so every option name is free (Linformer's ``k=``). The method module
+    runs in eval mode, so sampling methods are reproducible for a given ``seed``, and learnable
+    methods (Linformer) use their reproducible initialisation, frozen (:func:`build_method`:
+    identical calls give identical outputs; the global RNG is left untouched). It is built on the
+    first call with its method, options, head count, head size, length and device, and reused by
+    the next such calls (:data:`FUNCTIONAL_CACHE_SIZE` of them are kept).
+
+    Under ``torch.compile`` the call traces in one graph (``fullgraph=True`` works): the module is
+    built and looked up while tracing, and the compiled code only runs its forward. The graph is
+    specialised to the head count, head size and length the module was built for; another length
+    recompiles.
     """
     if "key_padding_mask" in options:
         raise ValueError(
@@ -213,9 +224,47 @@ def efficient_attention(
     if q.dim() != 4:
         raise ValueError(f"q, k, v must be (batch, heads, seq, head_dim), got q of shape {tuple(q.shape)}")
     real = _real_tokens(attention_mask, (q.shape[0], k.shape[2]))
-    shape = AttentionShape(num_heads=q.shape[1], head_dim=q.shape[-1], max_seq_len=q.shape[2])
-    module = build_method(MethodChoice.of(method, options), shape).to(q.device).eval()
-    return module(q, k, v, real, q.shape[-1] ** -0.5)
+    # operator.index makes each size a plain int: under torch.compile with dynamic shapes it
+    # specialises the graph to it (a guard), as the module it builds is specific to it.
+    num_heads, seq_len, head_dim = (operator.index(size) for size in q.shape[1:])
+    key = _functional_module_key(method, options, num_heads, head_dim, seq_len, q.device)
+    return _FUNCTIONAL_MODULES[key](q, k, v, real, head_dim**-0.5)
+
+
+#: How many of :func:`efficient_attention`'s method modules are kept. Bounded, since each may hold
+#: tensors on its device (Linformer's projections grow with the length: per head at 4096 tokens,
+#: about 100 MiB), and a caller looping over lengths or options would otherwise keep every module.
+FUNCTIONAL_CACHE_SIZE = 16
+#: efficient_attention's method modules by :func:`_functional_module_key`, least recently used first.
+_FUNCTIONAL_MODULES: collections.OrderedDict[tuple, AttentionMethod] = collections.OrderedDict()
+
+
+@torch.compiler.assume_constant_result
+def _functional_module_key(
+    method: str, options: dict[str, Any], num_heads: int, head_dim: int, seq_len: int, device: torch.device
+) -> tuple:
+    """Build the method module of an :func:`efficient_attention` call into ``_FUNCTIONAL_MODULES``
+    unless it is there, and return its key there.
+
+    ``torch.compile`` runs this while tracing, instead of tracing it (resolving options and building
+    a module, with its seeded draws, cannot be traced): the key it returns is a constant of the graph,
+    and the traced lookup ``_FUNCTIONAL_MODULES[key]`` is guarded, so a module evicted or replaced
+    since makes the caller recompile, which builds it again. A module is not returned directly:
+    Dynamo cannot run one that comes out of a function marked constant."""
+    choice = MethodChoice.of(method, options)
+    # repr: the option values with their types (True and 1, or 1 and 1.0, are different options)
+    key = (method, repr(choice.options), num_heads, head_dim, seq_len, str(device))
+    if key in _FUNCTIONAL_MODULES:
+        _FUNCTIONAL_MODULES.move_to_end(key)
+        return key
+    shape = AttentionShape(num_heads=num_heads, head_dim=head_dim, max_seq_len=seq_len)
+    # Frozen: its parameters serve every call, and no caller can train them (a gradient would only
+    # accumulate on the shared module).
+    module = build_method(choice, shape).to(device).eval().requires_grad_(False)
+    _FUNCTIONAL_MODULES[key] = module
+    while len(_FUNCTIONAL_MODULES) > FUNCTIONAL_CACHE_SIZE:
+        _FUNCTIONAL_MODULES.popitem(last=False)
+    return key
 
 
 def _real_tokens(attention_mask: torch.Tensor | None, shape: tuple[int, int]) -> torch.Tensor | None:

@@ -11,6 +11,36 @@ ARCHITECTURES = ["bert", "roberta", "xlm-roberta", "electra", "camembert", "long
 ROBERTA_COPIES = ("xlm-roberta", "camembert")
 #: ARCHITECTURES for those matrices.
 MATRIX_ARCHITECTURES = [pytest.param(a, marks=pytest.mark.slow) if a in ROBERTA_COPIES else a for a in ARCHITECTURES]
+#: The encoders of issue 55 (besides ARCHITECTURES), with what a tiny config of each needs: a padding id
+#: inside the vocabulary, a window that bites at SEQ tokens (ModernBERT: local_attention 8, a radius of 4;
+#: UltraBERT: 4), one full and one windowed layer, grouped k, v heads (EuroBERT, UltraBERT), ESM-2's rotary
+#: positions and token dropout.
+DISPATCHING_ARCHITECTURES = {
+    "distilbert": {},
+    "albert": {"embedding_size": 16},
+    "xlm-roberta-xl": {"pad_token_id": 1},
+    "ernie": {},
+    "roberta-prelayernorm": {"pad_token_id": 1},
+    "data2vec-text": {"pad_token_id": 1},
+    "modernbert": {"pad_token_id": 0, "local_attention": 8, "global_attn_every_n_layers": 2},
+    "gte": {"pad_token_id": 1},
+    "nomic_bert": {},
+    "eurobert": {"pad_token_id": 0, "num_key_value_heads": 2},
+    "jina_embeddings_v3": {"pad_token_id": 1},
+    "ultrabert": {
+        "pad_token_id": 0,
+        "sliding_window": 4,
+        "num_key_value_heads": 2,
+        "layer_types": ["full_attention", "sliding_attention"],
+    },  # fmt: skip
+    "esm": {
+        "pad_token_id": 1,
+        "mask_token_id": 3,
+        "position_embedding_type": "rotary",
+        "token_dropout": True,
+        "emb_layer_norm_before": False,
+    },  # fmt: skip
+}
 
 
 def tiny_config(model_type="roberta", **overrides):
@@ -19,6 +49,7 @@ def tiny_config(model_type="roberta", **overrides):
         common.update(attention_window=[128, 128], max_position_embeddings=132, pad_token_id=1)
     else:
         common.update(max_position_embeddings=130)
+    common.update(DISPATCHING_ARCHITECTURES.get(model_type, {}))
     return T.AutoConfig.for_model(model_type, **{**common, **overrides})
 
 

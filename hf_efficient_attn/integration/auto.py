@@ -32,7 +32,8 @@ import transformers
 from transformers import AutoConfig, BertConfig, PretrainedConfig, PreTrainedModel
 
 from ..registry import MethodChoice, method_named_by, resolve_method
-from .bridge import SELF_ATTENTION_CLASSES, check_supported
+from .architectures import TESTED_ARCHITECTURES
+from .bridge import check_supported
 from .patching import efficient_class
 from .released import RELEASED_MODEL_TYPES, bert_config, check_heads, converted_state_dict, read_state_dict
 
@@ -159,11 +160,11 @@ def _auto(name: str) -> type:
 
 def _register_efficient_classes(auto_class: type, mapping: Any) -> None:
     """Make Transformers' own ``auto_class`` build the efficient subclass (``patching.py``) of every
-    supported architecture, through its public ``register``: then plain
+    tested architecture (``architectures.py``), through its public ``register``: then plain
     ``transformers.AutoModel*.from_pretrained``, pipelines, sentence-transformers and PEFT load a saved
     variant as its method. A config that names no method builds a model that runs exactly as the
     Transformers class it subclasses."""
-    for model_type in SELF_ATTENTION_CLASSES:
+    for model_type in TESTED_ARCHITECTURES:
         config_class = transformers.CONFIG_MAPPING[model_type]
         if config_class in mapping:
             auto_class.register(config_class, efficient_class(mapping[config_class]), exist_ok=True)

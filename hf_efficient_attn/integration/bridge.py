@@ -14,10 +14,13 @@ from typing import Any, Callable
 import torch
 from torch import nn
 from transformers import AttentionInterface
-from transformers.masking_utils import AttentionMaskInterface, bidirectional_mask_function
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import AttentionMaskInterface, bidirectional_mask_function, sdpa_mask
+from transformers.models.longformer.modeling_longformer import LongformerSelfAttention
 
 from ..methods.base import METHOD_ATTRIBUTE, AttentionMethod, AttentionShape, is_tracing
 from ..registry import build_method, method_named_by, on_register, resolve_method, saved_attn_implementation
+from .architectures import dispatch_refusal, dispatches, is_causal, is_windowed
 from .longformer import EfficientLongformerSelfAttention
 from .packing import SEGMENTS_KEYWORD, attend_packed, groups_by_length, packed_segments
 from .transformers_private import is_packed_bidirectional_mask, requested_attn_implementation
@@ -26,38 +29,20 @@ from .transformers_private import is_packed_bidirectional_mask, requested_attn_i
 #: then methods that form attention probabilities (those with a ``probabilities`` method) return them.
 RETURN_PROBABILITIES = "return_probabilities"
 
-#: model_type -> class name of its self-attention module (adding an architecture is one line).
-SELF_ATTENTION_CLASSES: dict[str, str] = {
-    "bert": "BertSelfAttention",
-    "roberta": "RobertaSelfAttention",
-    "xlm-roberta": "XLMRobertaSelfAttention",
-    "electra": "ElectraSelfAttention",
-    "camembert": "CamembertSelfAttention",
-    "longformer": "LongformerSelfAttention",
-}
-
-
-def _check_model_type(config: Any, attn_impl: str) -> None:
-    if config.model_type not in SELF_ATTENTION_CLASSES:
-        raise ValueError(
-            f"attention method {attn_impl!r}: unsupported model type {config.model_type!r}; "
-            f"supported: {', '.join(sorted(SELF_ATTENTION_CLASSES))}"
-        )
-
 
 def check_supported(config: Any, attn_impl: str) -> None:
-    """``ValueError`` unless ``config`` is a supported encoder (not a decoder)."""
-    _check_model_type(config, attn_impl)
-    if getattr(config, "is_decoder", False) or getattr(config, "add_cross_attention", False):
-        raise ValueError(
-            f"attention method {attn_impl!r} supports bidirectional encoder self-attention only; "
-            "this model is configured as a decoder (is_decoder / add_cross_attention)"
-        )
+    """``ValueError`` unless ``config``'s architecture dispatches its self-attention (``architectures.py``)
+    and is not configured as a decoder."""
+    refusal = dispatch_refusal(config, attn_impl)
+    if refusal is not None:
+        raise ValueError(refusal)
 
 
-def layer_shape(config: Any, layer_idx: int) -> AttentionShape:
+def layer_shape(config: Any, module: nn.Module, layer_idx: int) -> AttentionShape:
+    """The shape of the method of attention module ``module``, the ``layer_idx``-th of its model."""
     heads = config.num_attention_heads
-    return AttentionShape(heads, config.hidden_size // heads, config.max_position_embeddings, layer_idx)
+    head_dim = getattr(module, "head_dim", None) or getattr(module, "attention_head_size", None) or config.hidden_size // heads
+    return AttentionShape(heads, head_dim, config.max_position_embeddings, layer_idx)
 
 
 def _plain_transformers_method(module: nn.Module, name: str) -> AttentionMethod:
@@ -72,7 +57,7 @@ def _plain_transformers_method(module: nn.Module, name: str) -> AttentionMethod:
     config = module.config
     check_supported(config, name)
     choice = resolve_method(config, name)
-    method = build_method(choice, layer_shape(config, getattr(module, "layer_idx", None) or 0))
+    method = build_method(choice, layer_shape(config, module, getattr(module, "layer_idx", None) or 0))
     if any(True for _ in method.parameters()):
         raise ValueError(
             f"attention method {name!r} with options {method.options.to_dict()} has learnable parameters; "
@@ -122,11 +107,33 @@ def efficient_attention_forward(
 
     Attention-probability dropout is not applied: the approximations never form the
     probability matrix (the same choice as the official MRA/YOSO/Nystromformer code).
+
+    A layer that attends within a sliding window (``architectures.is_windowed``) runs the model's own
+    attention, SDPA, on the windowed mask (``key_padding_mask_function``). Grouped k and v heads
+    (EuroBERT's, UltraBERT's) are repeated to q's, as Transformers' own functions do.
     """
+    if is_windowed(module):
+        if getattr(module, METHOD_ATTRIBUTE, None) is not None:
+            raise ValueError("an efficient method cannot run on a sliding-window layer: it would drop the window")
+        return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs)
+    if kwargs.get("sliding_window") is not None:
+        raise ValueError(
+            f"{type(module).__name__} was called with sliding_window={kwargs['sliding_window']}, but it was not "
+            "a sliding-window layer when the model was patched; an efficient method cannot honour a window"
+        )
     name = method_named_by(requested_attn_implementation(module.config))  # the name dispatched under
     method = getattr(module, METHOD_ATTRIBUTE, None)
     if method is None or method.name != name:
         method = _plain_transformers_method(module, name)
+    groups = query.shape[1] // key.shape[1]
+    if groups > 1:  # grouped-query attention: each k, v head serves `groups` query heads
+        key, value = key.repeat_interleave(groups, dim=1), value.repeat_interleave(groups, dim=1)
+    standard = query.shape[-1] ** -0.5
+    if scaling is not None and scaling != standard:
+        # ESM scales q before its rotary positions and passes scaling=1: the same q.k products, handed to
+        # the method as unscaled q with the standard scaling, so that methods which split the scale
+        # between q and k (Performer's and Skyformer's kernels) see what they see in every other model.
+        query, scaling = query * (scaling / standard), standard
     batch, _, seq_len, _ = query.shape
     key_padding_mask = key_padding_mask_from(attention_mask, batch, seq_len)
     if SEGMENTS_KEYWORD in kwargs:  # worked out once by the patched model (patching.py)
@@ -157,7 +164,18 @@ def key_padding_mask_function(
     Without a registered mask function Transformers would silently pass no padding mask to
     a custom attention name. Packed rows without a padding mask (the mask Transformers builds from
     restarting ``position_ids``) need none: the attention function keeps their sequences apart itself.
+    The mask of sliding-window layers (``local_size``) is SDPA's, for the model's own attention they run.
     """
+    config = kwargs.get("config")
+    refusal = (
+        None
+        if config is None or is_tracing()
+        else dispatch_refusal(config, method_named_by(requested_attn_implementation(config)))
+    )
+    if refusal is not None:  # MPNet, BigBird: their masks come from here, their attention is their own
+        raise ValueError(refusal)
+    if kwargs.get("local_size") is not None:
+        return sdpa_mask(batch_size, q_length, kv_length, mask_function=mask_function, attention_mask=attention_mask, **kwargs)
     packed = attention_mask is None and is_packed_bidirectional_mask(mask_function)
     if (mask_function is not bidirectional_mask_function and not packed) or q_length != kv_length:
         raise ValueError(
@@ -196,12 +214,24 @@ def register_with_transformers(name: str) -> None:
 
 
 def self_attention_modules(model: nn.Module) -> list[nn.Module]:
-    """The self-attention modules of a supported model, in layer order."""
-    _check_model_type(model.config, getattr(model.config, "attn_impl", None) or "any")
-    class_name = SELF_ATTENTION_CLASSES[model.config.model_type]
-    modules = [m for m in model.modules() if type(m).__name__ == class_name or isinstance(m, EfficientLongformerSelfAttention)]
+    """The self-attention modules of a supported model, in layer order (a module shared by several
+    layers, ALBERT's, once): Longformer's attention class, else every module that dispatches its
+    attention (``architectures.dispatches``). ``ValueError`` for a model with none, or a causal one."""
+    config = model.config
+    check_supported(config, getattr(config, "attn_impl", None) or "any")
+    modules = [
+        m
+        for m in model.modules()
+        if isinstance(m, (LongformerSelfAttention, EfficientLongformerSelfAttention)) or dispatches(type(m))
+    ]
     if not modules:
-        raise ValueError(f"found no {class_name} module in {type(model).__name__}")
+        raise ValueError(f"found no attention module in {type(model).__name__} that dispatches through AttentionInterface")
+    causal = [type(m).__name__ for m in modules if is_causal(m)]
+    if causal:
+        raise ValueError(
+            f"{type(model).__name__} has causal (decoder) self-attention ({causal[0]}); efficient attention methods "
+            "support bidirectional encoder self-attention only"
+        )
     return modules
 
 

@@ -36,6 +36,7 @@ from ..registry import (
     resolve_method,
     saved_attn_implementation,
 )
+from .architectures import is_windowed, max_tokens, position_offset
 from .bridge import (
     RETURN_PROBABILITIES,
     check_supported,
@@ -46,7 +47,6 @@ from .bridge import (
 )
 from .longformer import EfficientLongformerSelfAttention
 from .packing import SEGMENTS_KEYWORD, Segments, groups_by_length, packed_segments, shift_packed_positions
-from .positions import max_tokens, position_offset
 from .transformers_private import (
     force_eager_attention,
     initialized_from_checkpoint,
@@ -309,22 +309,25 @@ def patch_model(
     restore = requested_attn_implementation(config)
     restore = None if method_named_by(restore) else restore  # built as a method: unpatching restores the default
 
-    modules = self_attention_modules(model)
-    for layer_idx, module in enumerate(modules):
+    # Sliding-window layers (ModernBERT's, UltraBERT's local ones) keep the model's own attention (bridge.py).
+    modules = [(index, module) for index, module in enumerate(self_attention_modules(model)) if not is_windowed(module)]
+    for layer_idx, module in modules:
         if isinstance(module, LongformerSelfAttention):
             module.__class__ = EfficientLongformerSelfAttention  # same parameters, same state-dict keys
-        method = build_method(choice, layer_shape(config, layer_idx))
+        method = build_method(choice, layer_shape(config, module, layer_idx))
         param = next(module.parameters())
         method.to(device=param.device, dtype=param.dtype).train(module.training)
         setattr(module, METHOD_ATTRIBUTE, method)
-        if layer_idx > 0:
-            method.share_from(modules[0])
+        if module is not modules[0][1]:
+            method.share_from(modules[0][1])
     _set_class(model, efficient_class(type(model)))
     setattr(model, _RESTORE_ATTRIBUTE, restore)
     if type(model).__name__.endswith("ForSequenceClassification"):
         # The head reads each row's first token: packed rows reach it one row per sequence (bridge.py).
         # Longformer's encoder works on rows padded to its attention window, its model on the input's.
-        encoder = model.base_model if config.model_type == "longformer" else model.base_model.encoder
+        encoder = (
+            model.base_model if config.model_type == "longformer" else getattr(model.base_model, "encoder", model.base_model)
+        )
         hook = encoder.register_forward_hook(one_row_per_sequence, with_kwargs=True)
         setattr(model, _SEQUENCE_HOOK_ATTRIBUTE, hook)
     config.attn_impl, config.attn_config = attn_impl, choice.attn_config
@@ -341,7 +344,8 @@ def unpatch_model(model: PreTrainedModel, restore: str | dict | None = None) -> 
     if not is_patched(model):
         raise ValueError(f"{type(model).__name__} is not patched with an efficient attention method")
     for module in self_attention_modules(model):
-        delattr(module, METHOD_ATTRIBUTE)
+        if hasattr(module, METHOD_ATTRIBUTE):
+            delattr(module, METHOD_ATTRIBUTE)
         if isinstance(module, EfficientLongformerSelfAttention):
             module.__class__ = LongformerSelfAttention
     if hasattr(model, _SEQUENCE_HOOK_ATTRIBUTE):

@@ -2,11 +2,12 @@
 ready for pretrain_mlm.py (``scripts/convert_to_long.py``, the command line over
 ``convert_to_long()``): the first step of the MRA paper's long-sequence recipe (Zeng et al., ICML
 2022, section 5.2) and of Longformer's (Beltagy et al. 2020, section 5). The pretrained positions
-are repeated to fill the longer table; a checkpoint without an MLM head (a sentence encoder) gets a
+are repeated to fill the longer table, rotary positions (ModernBERT, GTE, ESM-2, ...) have their
+limit raised (optionally rescaled: --rope_scaling); a checkpoint without an MLM head (a sentence encoder) gets a
 new one, drawn from --seed. Prints what it did.
 
-Reads: --model_name_or_path: a local folder or a Hub id of a BERT, RoBERTa, XLM-R, ELECTRA,
-CamemBERT or Longformer checkpoint (config, weights, tokenizer).
+Reads: --model_name_or_path: a local folder or a Hub id of an encoder checkpoint (config, weights,
+tokenizer) of an architecture whose attention Transformers dispatches (docs/architectures.md).
 Writes: into --output_dir (new or empty): the long masked-LM model (config.json with attn_impl and
 attn_config, weights), its tokenizer (model_max_length = --max_length) and provenance.json (the Hub
 checkpoint it came from and its license, for push_to_hub.py's card); a sentence-transformers
@@ -32,10 +33,10 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
+from ..integration.architectures import dispatch_refusal, has_rotary_positions
 from ..integration.auto import chosen_method
-from ..integration.bridge import SELF_ATTENTION_CLASSES
 from ..integration.patching import patch_model
-from ..integration.positions import check_max_length, extend_position_embeddings, max_tokens
+from ..integration.positions import ROPE_SCALINGS, check_max_length, extend_position_embeddings, max_tokens
 from .common.loading import HeldBackLoadReport
 from .common.provenance import source_record, write_provenance
 from .common.sentence_pipeline import copy_pipeline
@@ -54,9 +55,19 @@ class ConversionReport:
     output_dir: str | None = None
     #: The sentence-transformers modules carried over (None: the checkpoint had no pipeline).
     sentence_pipeline: list[str] | None = None
+    #: Rotary positions (no table to copy); ``rope_scaling``: how they were rescaled, if at all.
+    rotary: bool = False
+    rope_scaling: str | None = None
 
     def lines(self) -> list[str]:
-        if self.tokens_after > self.tokens_before:
+        if self.tokens_after > self.tokens_before and self.rotary:
+            scaled = (
+                f"rescaled by {self.rope_scaling} RoPE scaling"
+                if self.rope_scaling
+                else "unscaled: inputs that fit before give the same outputs"
+            )
+            positions = f"rotary positions: {self.tokens_before} -> {self.tokens_after} tokens ({scaled})"
+        elif self.tokens_after > self.tokens_before:
             positions = (
                 f"position table: {self.tokens_before} -> {self.tokens_after} tokens "
                 f"(the pretrained {self.tokens_before} positions repeated to fill it)"
@@ -92,10 +103,12 @@ def convert_to_long(
     tokenizer_name: str | None = None,
     seed: int = 0,
     base_model: str | None = None,
+    rope_scaling: str | None = None,
     **hub_kwargs: Any,
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase, ConversionReport]:
     """Load a checkpoint as a masked-LM model, stretch its position table to ``max_length``
-    tokens (:func:`~hf_efficient_attn.extend_position_embeddings`), swap its attention to
+    tokens (:func:`~hf_efficient_attn.extend_position_embeddings`, with ``rope_scaling`` for rotary
+    positions), swap its attention to
     ``attn_impl`` and set the tokenizer's ``model_max_length``; save both to ``output_dir``.
 
     The method is attached after the extension, so that methods whose parameters are sized by
@@ -118,8 +131,9 @@ def convert_to_long(
             f"--output_dir {output_dir} already holds a model (config.json); give a new folder, or delete that one first"
         )
     config = AutoConfig.from_pretrained(config_name or model_name_or_path, **hub_kwargs)
-    if config.model_type not in SELF_ATTENTION_CLASSES:
-        raise ValueError(f"unsupported model type {config.model_type!r}; supported: {', '.join(sorted(SELF_ATTENTION_CLASSES))}")
+    refusal = dispatch_refusal(config, attn_impl or getattr(config, "attn_impl", None) or "softmax")
+    if refusal is not None:
+        raise ValueError(refusal)
     choice = chosen_method(config, attn_impl, attn_config)
     # Plain Transformers loads the weights; the method is attached after the extension (see above).
     held_back = HeldBackLoadReport()
@@ -133,7 +147,9 @@ def convert_to_long(
     new_head = sorted(k for k in loading_info["missing_keys"] if not k.startswith(prefix))
     tokens_before = max_tokens(config)
     if max_length > tokens_before:  # a table as long or longer is kept (e.g. Longformer's 4096)
-        extend_position_embeddings(model, max_length)
+        extend_position_embeddings(model, max_length, rope_scaling=rope_scaling)
+    elif rope_scaling is not None:
+        raise ValueError(f"--rope_scaling {rope_scaling}: the model already takes {tokens_before} tokens, nothing to rescale")
     if choice is not None:
         patch_model(model, choice)
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_name or model_name_or_path, **hub_kwargs)
@@ -146,6 +162,8 @@ def convert_to_long(
         attn_config={} if choice is None else choice.attn_config,
         new_head_tensors=new_head,
         output_dir=output_dir,
+        rotary=has_rotary_positions(config),
+        rope_scaling=rope_scaling,
     )
     if output_dir is not None:
         model.save_pretrained(output_dir)
@@ -162,7 +180,16 @@ class ConversionArguments:
     """``scripts/convert_to_long.py``'s own flags (the model flags are :class:`ModelArguments`)."""
 
     output_dir: str = field(metadata={"help": "Where to save the long model and its tokenizer."})
-    max_length: int = field(default=4096, metadata={"help": "Tokens the position table will take."})
+    max_length: int = field(default=4096, metadata={"help": "Tokens the model will take."})
+    rope_scaling: str | None = field(
+        default=None,
+        metadata={
+            "help": "Rotary models only: rescale the positions by --max_length over the pretrained length with "
+            "this RoPE scaling (changes the outputs at every length; default: none, the limit is only raised "
+            "and inputs that fit before give the same outputs).",
+            "choices": list(ROPE_SCALINGS),
+        },
+    )
     seed: int = field(default=0, metadata={"help": "Seed of a newly initialised MLM head (checkpoints without one)."})
     base_model: str | None = field(
         default=None,
@@ -188,6 +215,7 @@ def main(argv: Sequence[str] | None = None) -> ConversionReport:
         tokenizer_name=model_args.tokenizer_name,
         seed=conversion_args.seed,
         base_model=conversion_args.base_model,
+        rope_scaling=conversion_args.rope_scaling,
         **model_args.hub_kwargs(),
     )
     print("\n".join(report.lines()))

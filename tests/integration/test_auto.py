@@ -137,7 +137,9 @@ def test_pretraining_models_reload_as_themselves(tmp_path, model_type, model_cla
 
 def test_unsupported_architecture_is_a_clear_error(tmp_path):
     T.T5EncoderModel(T.T5Config(vocab_size=50, d_model=16, d_kv=4, num_heads=4, d_ff=32, num_layers=1)).save_pretrained(tmp_path)
-    with pytest.raises(ValueError, match="unsupported model type 't5'; supported: bert"):
+    with pytest.raises(
+        ValueError, match="model type 't5' computes its attention itself, .*; supported: encoders that dispatch, e.g. bert"
+    ):
         hea.AutoModel.from_pretrained(tmp_path, attn_impl="mra2")
 
 

@@ -6,7 +6,7 @@ import json
 import pytest
 import torch
 import transformers as T
-from tiny import MATRIX_ARCHITECTURES, REAL, SEQ, VOCAB, batch, hidden, option_defaults, tiny_config
+from tiny import DISPATCHING_ARCHITECTURES, MATRIX_ARCHITECTURES, REAL, SEQ, VOCAB, batch, hidden, option_defaults, tiny_config
 
 import hf_efficient_attn as hea
 
@@ -145,7 +145,7 @@ def test_register_method_refuses_a_taken_name_unless_asked_to_replace(monkeypatc
 def test_plain_transformers_unsupported_architecture_is_a_clear_error():
     config = T.T5Config(vocab_size=50, d_model=16, d_kv=4, num_heads=4, d_ff=32, num_layers=1)
     model = T.T5EncoderModel._from_config(config, attn_implementation="mra2")
-    with pytest.raises(ValueError, match="unsupported model type 't5'"):
+    with pytest.raises(ValueError, match="model type 't5' computes its attention itself"):
         model(input_ids=torch.randint(0, 50, (1, 8)))
 
 
@@ -171,8 +171,10 @@ def test_transformers_class_itself_refuses_methods_with_parameters(tmp_path):
 
 
 def test_errors_name_what_is_allowed():
-    with pytest.raises(ValueError, match="supported: .*bert"):
-        hea.patch_model(T.AutoModel.from_config(T.GPT2Config(n_layer=1, n_embd=32, n_head=2)), "mra2")
+    with pytest.raises(ValueError, match="supported: encoders that dispatch, e.g. bert"):
+        hea.patch_model(
+            T.AutoModel.from_config(T.DebertaV2Config(num_hidden_layers=1, hidden_size=32, num_attention_heads=2)), "mra2"
+        )
     with pytest.raises(ValueError, match="known methods: .*mra2"):
         hea.patch_model(T.AutoModel.from_config(tiny_config("bert")), "nope")
     with pytest.raises(ValueError, match="options are"):
@@ -266,7 +268,9 @@ SMALL_BUDGETS = {
 
 
 @pytest.mark.device
-@pytest.mark.parametrize("model_type", MATRIX_ARCHITECTURES)
+@pytest.mark.parametrize(
+    "model_type", [*MATRIX_ARCHITECTURES, *(pytest.param(a, marks=pytest.mark.slow) for a in DISPATCHING_ARCHITECTURES)]
+)
 @pytest.mark.parametrize("method", hea.list_methods())
 def test_every_method_on_every_architecture(model_type, method, device):
     """Each method runs inside each architecture on a padded batch, and is seen to run (its output

@@ -144,7 +144,12 @@ DEFAULT_TESTS: dict[str, dict[str, str]] = {
         "attn_impl": TEST_RELEASED + "test_convert_script_writes_a_variant_that_reloads_as_itself",
         "auto_class": TEST_RELEASED + "test_convert_script_writes_a_variant_that_reloads_as_itself",
     },
-    "convert_to_long": {"attn_impl": ATTN_IMPL, "token": TOKEN},
+    "convert_to_long": {
+        "attn_impl": ATTN_IMPL,
+        "rope_scaling": "tests/integration/test_architectures.py::"
+        "test_convert_to_long_stretches_rotary_positions_with_or_without_a_scaling",
+        "token": TOKEN,
+    },
     "demo": {},
     "encode_onnx": {
         "max_length": ENCODE_MAX_LENGTH,

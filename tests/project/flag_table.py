@@ -161,6 +161,7 @@ def covered_scripts(test: str) -> list[str]:
 
 #: Test files, by name.
 TEST_API_KEYWORDS = "tests/project/test_api_keywords.py::"
+TEST_ARCHITECTURES = "tests/integration/test_architectures.py::"
 TEST_AUTO = "tests/integration/test_auto.py::"
 TEST_BRIDGE = "tests/integration/test_bridge.py::"
 TEST_FLAGS_BENCH_QUALITY = "tests/project/test_flags_bench_quality.py::"
@@ -317,6 +318,7 @@ FLAG_TESTS: dict[str, dict[str, str]] = {
         "max_length": TEST_FLAGS_TOOLS + "test_convert_flags_length_seed_base_model_and_output_dir",
         "seed": TEST_FLAGS_TOOLS + "test_convert_flags_length_seed_base_model_and_output_dir",
         "base_model": TEST_FLAGS_TOOLS + "test_convert_flags_length_seed_base_model_and_output_dir",
+        "rope_scaling": TEST_ARCHITECTURES + "test_convert_to_long_stretches_rotary_positions_with_or_without_a_scaling",
     },
     "demo": {
         "attn_impl": TEST_FLAGS_TOOLS + "test_method_flags_choose_the_method_each_tool_runs",
@@ -498,6 +500,7 @@ FLAG_TESTS: dict[str, dict[str, str]] = {
         "export_variant.trainer_state": TEST_HUB_CARD + "test_card_model_index_carries_the_trainer_metrics",
         "extend_position_embeddings.max_length": TEST_BRIDGE + "test_extend_position_embeddings_copies_the_table",
         "extend_position_embeddings.model": TEST_BRIDGE + "test_extend_position_embeddings_copies_the_table",
+        "extend_position_embeddings.rope_scaling": TEST_ARCHITECTURES + "test_a_rope_scaling_is_opt_in_and_recorded",
         "load_preset.path": TEST_PRESETS + "test_preset_is_valid_and_fills_defaults",
         "load_variant.attn_config": TEST_HUB_FOLDER + "test_folder_has_config_weights_tokenizer_card_and_code",
         "load_variant.attn_impl": TEST_HUB_FOLDER + "test_folder_has_config_weights_tokenizer_card_and_code",

@@ -4,6 +4,7 @@ each applies)."""
 
 from . import (
     api_keywords,
+    architectures,
     bench_quality,
     cli_docs_options,
     data_flags,
@@ -35,4 +36,5 @@ MUTATIONS: list[Mutation] = [
     *hub_docs.MUTATIONS,
     *run_output.MUTATIONS,
     *rules.MUTATIONS,
+    *architectures.MUTATIONS,
 ]

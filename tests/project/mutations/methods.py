@@ -424,8 +424,8 @@ MUTATIONS: list[Mutation] = [
     ),
     Mutation(
         P + "integration/patching.py",
-        'encoder = model.base_model if config.model_type == "longformer" else model.base_model.encoder',
-        "encoder = model.base_model.encoder",
+        'model.base_model if config.model_type == "longformer" else getattr(model.base_model, "encoder", model.base_model)',
+        'getattr(model.base_model, "encoder", model.base_model)',
         (T + "integration/test_packing.py::-k sequence_classification",),
         "Longformer's classifier unpacks rows its model then cuts to the input's length",
     ),

@@ -256,13 +256,6 @@ MUTATIONS: list[Mutation] = [
     # ---- conversion to long positions ------------------------------------------------------------------
     Mutation(
         P + "integration/positions.py",
-        '{"roberta", "xlm-roberta", "camembert", "longformer"}',
-        '{"roberta", "xlm-roberta", "longformer"}',
-        (T + "tasks/test_convert.py::-k offset_rows",),
-        "CamemBERT's padding offset forgotten",
-    ),
-    Mutation(
-        P + "integration/positions.py",
         "new.weight[:offset] = old.weight[:offset]",
         "new.weight[:offset] = 0",
         (T + "tasks/test_convert.py::-k offset_rows",),
