@@ -271,6 +271,7 @@ FLAG_TESTS: dict[str, dict[str, str]] = {
         "heads": TEST_FLAGS_BENCH_QUALITY + "test_attention_benchmark_flags_reach_each_call",
         "head_dim": TEST_FLAGS_BENCH_QUALITY + "test_attention_benchmark_flags_reach_each_call",
         "layers": TEST_FLAGS_BENCH_QUALITY + "test_model_benchmark_flags_reach_each_step",
+        "arch": TEST_FLAGS_BENCH_QUALITY + "test_model_benchmark_flags_reach_each_step",
         "vocab_size": TEST_FLAGS_BENCH_QUALITY + "test_model_benchmark_flags_reach_each_step",
         "device": TEST_FLAGS_BENCH_QUALITY + "test_device_cuda_reaches_the_steps_and_their_timing",
         "dtype": TEST_FLAGS_BENCH_QUALITY + "test_attention_benchmark_flags_reach_each_call",

@@ -124,8 +124,8 @@ def test_device_cuda_reaches_the_steps_and_their_timing(measured, tmp_path, monk
 
 @pytest.mark.parametrize("glibc_malloc", [False, True])
 def test_model_benchmark_flags_reach_each_step(measured, tmp_path, glibc_malloc):
-    """--model builds training steps of --layers layers, --vocab_size, --batch rows; its timing keeps
-    freed memory unless --glibc_malloc."""
+    """--model builds training steps of --arch, --layers layers, --vocab_size, --batch rows; its timing
+    keeps freed memory unless --glibc_malloc."""
     bench_cli.main(
         [
             "--model",
@@ -135,6 +135,8 @@ def test_model_benchmark_flags_reach_each_step(measured, tmp_path, glibc_malloc)
             "64",
             "--layers",
             "3",
+            "--arch",
+            "esm",
             "--vocab_size",
             "77",
             "--batch",
@@ -157,11 +159,11 @@ def test_model_benchmark_flags_reach_each_step(measured, tmp_path, glibc_malloc)
     assert sorted(s["method"] for s in measured.steps) == sorted(["mra2", "sdpa", "vmean"] * 3)  # 2 times, 1 peak each
     for step in measured.steps:
         assert step["kind"] == "model" and step["seq_len"] == 64
-        assert (step["layers"], step["vocab_size"], step["batch"], step["dtype"]) == (3, 77, 2, "fp16")
+        assert (step["layers"], step["arch"], step["vocab_size"], step["batch"], step["dtype"]) == (3, "esm", 77, 2, "fp16")
     assert len(measured.timed) == 6 and all((t["repeats"], t["warmup"]) == (2, 1) for t in measured.timed)
     assert set(measured.threads) == {2}
     assert len(measured.kept) == (0 if glibc_malloc else 6)  # every timing process, none measuring memory
-    assert (tmp_path / "model_step.md").is_file()
+    assert "of an ESM-2-150M-width esm encoder, 3 layer(s)" in (tmp_path / "model_step.md").read_text()
 
 
 def test_compile_benchmark_flags_and_table(measured, tmp_path):

@@ -481,3 +481,26 @@ def test_the_competing_process_spins_while_it_is_active_and_is_gone_after():
         with open(f"/proc/{spinner.pid}/stat") as stat:
             user_ticks = int(stat.read().rsplit(")", 1)[1].split()[11])  # utime, field 14
     assert user_ticks / os.sysconf("SC_CLK_TCK") > 0.3 and spinner.poll() is not None
+
+
+@pytest.mark.parametrize(
+    ("arch", "model_class", "width"),
+    [
+        ("roberta", "RobertaForMaskedLM", (768, 12, 3072)),
+        ("modernbert", "ModernBertForMaskedLM", (768, 12, 1152)),
+        ("esm", "EsmForMaskedLM", (640, 20, 2560)),
+        ("albert", "AlbertForMaskedLM", (768, 12, 3072)),
+    ],  # fmt: skip
+)
+def test_arch_builds_that_model_type_at_its_checkpoints_width(arch, model_class, width):
+    """--arch's encoder: the model type asked for, at the width of the checkpoint its table names (a type
+    without one at roberta-base's), with the method patched in (ModernBERT's full layers only, ALBERT's one layer)."""
+    from hf_efficient_attn.integration.bridge import method_modules
+    from hf_efficient_attn.tools.benchmark.steps import build_mlm_model
+
+    model = build_mlm_model("mra2", 256, layers=3, arch=arch)
+    config = model.config
+    assert type(model).__name__ == model_class
+    assert (config.hidden_size, config.num_attention_heads, config.intermediate_size) == width
+    assert len(method_modules(model)) == (1 if arch in ("modernbert", "albert") else 3)  # ALBERT: one shared layer
+    assert arch != "esm" or config.position_embedding_type == "rotary"

@@ -3,7 +3,7 @@ measurement in a fresh process. What each benchmark measures, how time and peak 
 (warm-up, rounds, the allocator) and the results: docs/benchmarks.md.
 
 Default: one attention call per method, forward and forward+backward, on random q, k, v; --model (an MLM
-training step of a roberta-base-width encoder), --compile (eager against torch.compile), --onnx
+training step of an encoder, roberta-base-width by default: --arch), --compile (eager against torch.compile), --onnx
 (ONNX Runtime against eager) or --mixed_lengths (padded against packed batches) benchmark a whole
 model instead.
 Reads: nothing but the flags (random inputs; --mixed_lengths: the lengths of gensim's Wikipedia
@@ -22,6 +22,7 @@ from typing import Any, Sequence
 
 import torch
 
+from ...integration.architectures import TESTED_ARCHITECTURES
 from ...registry import list_methods
 from ...tasks.common.args import (
     check_flag_choice,
@@ -41,7 +42,15 @@ from .report import (
     write_outputs,
     write_table,
 )
-from .steps import ATTENTION_REFERENCE, DTYPES, MIXED_DOCUMENTS, MODEL_FLOOR, MODEL_REFERENCE, document_lengths
+from .steps import (
+    ATTENTION_REFERENCE,
+    DTYPES,
+    MIXED_DOCUMENTS,
+    MODEL_FLOOR,
+    MODEL_REFERENCE,
+    document_lengths,
+    encoder_name,
+)
 
 DEFAULT_MODEL_METHODS = ["mra2", "mra2_s"]
 
@@ -85,7 +94,7 @@ def run(args: BenchmarkArguments) -> list[dict[str, Any]]:
                  else {"int8": args.int8})  # fmt: skip
         seq_lens = [max(args.seq_lens)] if args.mixed_lengths else args.seq_lens
         jobs = [
-            job(m, kind=kind, seq_len=n, layers=args.layers, vocab_size=args.vocab_size, busy=busy, **extra)
+            job(m, kind=kind, seq_len=n, layers=args.layers, vocab_size=args.vocab_size, arch=args.arch, busy=busy, **extra)
             for n in seq_lens
             for m in args.measured
             for busy in beside_busy
@@ -95,7 +104,7 @@ def run(args: BenchmarkArguments) -> list[dict[str, Any]]:
             rows = onnx_table(jobs, results, skipped)
             title = (
                 f"ONNX Runtime (CPU provider, {torch.get_num_threads() if args.threads is None else args.threads} "
-                f"threads) against eager PyTorch: inference forward of a roberta-base-width encoder, "
+                f"threads) against eager PyTorch: inference forward of {encoder_name(args.arch)}, "
                 f"{args.layers} layer(s), batch {args.batch}"
                 + (", fp32 and int8 (dynamic quantization, as export_onnx.py --int8)" if args.int8 else "")
                 + f"; {_setting(args)}"
@@ -108,28 +117,28 @@ def run(args: BenchmarkArguments) -> list[dict[str, Any]]:
             title = (
                 f"Padded against packed batches: {len(extra['lengths'])} documents of real lengths (offline "
                 f"Wikipedia articles, at most {seq_lens[0]} tokens), {args.batch} per batch, through a "
-                f"roberta-base-width encoder, {args.layers} layer(s); inference forwards and training steps "
+                f"{encoder_name(args.arch)}, {args.layers} layer(s); inference forwards and training steps "
                 f"(MLM forward + backward + AdamW); {_setting(args)}"
             )
         elif args.compile:
             rows = compile_table(jobs, results)
             call = "training step (MLM forward + backward + AdamW)" if args.train else "inference forward"
             title = (
-                f"torch.compile against eager: {call} of a roberta-base-width encoder, {args.layers} layer(s), "
+                f"torch.compile against eager: {call} of {encoder_name(args.arch)}, {args.layers} layer(s), "
                 f"batch {args.batch} (the last row a quarter padding); {_setting(args)}; Inductor caches off"
             )
         write_table(rows, out, kind, title)
         (out / f"{kind}.json").write_text(json.dumps({"title": title, "rows": rows, "rounds": results}, indent=1))
     elif args.model:
         jobs = [
-            job(m, kind="model", seq_len=n, layers=args.layers, vocab_size=args.vocab_size)
+            job(m, kind="model", seq_len=n, layers=args.layers, vocab_size=args.vocab_size, arch=args.arch)
             for n in args.seq_lens
             for m in args.measured
         ]
         measurements = measure_all(jobs, args.rounds)
         rows = model_step_table(measurements, args.batch)
         title = (
-            f"Training step (MLM forward + backward + AdamW) of a roberta-base-width encoder, {args.layers} "
+            f"Training step (MLM forward + backward + AdamW) of {encoder_name(args.arch)}, {args.layers} "
             f"layer(s), vocabulary {args.vocab_size}, batch {args.batch}; {_setting(args)}{_malloc(args)}"
         )
         write_outputs(rows, measurements, out, "model_step", title)
@@ -159,6 +168,7 @@ examples:
   python scripts/benchmark.py --methods mra2,nystromformer --seq_lens 1024 4096
   python scripts/benchmark.py --methods mra2 --seq_lens 3360 --forward_only --threads 2 --competing_process
   python scripts/benchmark.py --model                    # mra2, mra2_s vs sdpa and vmean
+  python scripts/benchmark.py --model --arch modernbert --methods mra2 --seq_lens 4096 8192
   python scripts/benchmark.py --model --device cuda --dtype bf16 --methods mra2 --attn_config '{"mra2": {"backend": "flex"}}'
   python scripts/benchmark.py --compile --methods mra2,nystromformer --seq_lens 1024
   python scripts/benchmark.py --onnx --methods mra2 --int8
@@ -226,6 +236,15 @@ class BenchmarkArguments:
     heads: int = field(default=12, metadata={"help": "Attention benchmark only: heads."})
     head_dim: int = field(default=64, metadata={"help": "Attention benchmark only: head dimension."})
     layers: int = field(default=2, metadata={"help": "Whole-model benchmarks: encoder layers."})
+    arch: str = field(
+        default="roberta",
+        metadata={
+            "help": "Whole-model benchmarks: the encoder's model type, at the width of roberta-base, ModernBERT-base "
+            "(modernbert: every third layer global, the others windowed) or ESM-2-150M (esm, rotary); other "
+            "tested architectures at roberta-base's.",
+            "choices": list(TESTED_ARCHITECTURES),
+        },
+    )
     vocab_size: int = field(
         default=1024,
         metadata={
@@ -293,6 +312,8 @@ class BenchmarkArguments:
             raise ValueError("--int8 applies to --onnx only")
         if whole_model and self.forward_only:
             raise ValueError("--forward_only applies to the attention benchmark only")
+        if self.arch != "roberta" and not whole_model:
+            raise ValueError("--arch applies to the whole-model benchmarks (--model, --compile, --onnx, --mixed_lengths)")
         if self.competing_process and (self.model or self.compile or self.mixed_lengths or self.device != "cpu"):
             raise ValueError("--competing_process applies to the attention benchmark and --onnx on CPU only")
         check_flag_choice("device", self.device, ["cpu", "cuda"])

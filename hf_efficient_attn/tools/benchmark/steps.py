@@ -1,4 +1,4 @@
-"""What is measured: one attention call, one training step of a roberta-base-width MLM encoder,
+"""What is measured: one attention call, one training step of an MLM encoder (``--arch``),
 its compiled form and its ONNX Runtime form."""
 
 from __future__ import annotations
@@ -16,8 +16,23 @@ ATTENTION_REFERENCE = "softmax"  # exact attention through SDPA, behind the meth
 MODEL_REFERENCE = "sdpa"  # Transformers' own SDPA attention
 MODEL_FLOOR = "vmean"
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
-#: The encoder of ``--model``: roberta-base's width.
-ROBERTA_BASE_WIDTH = dict(hidden_size=768, num_attention_heads=12, intermediate_size=3072)
+#: The encoders of ``--arch``: the checkpoint whose width each is built at, and that width (any other
+#: tested architecture is built at roberta-base's). ESM-2 with its rotary positions; ModernBERT with its
+#: default layer pattern (every third layer global, the others a 128-token window).
+ARCH_WIDTHS: dict[str, tuple[str, dict[str, Any]]] = {
+    "roberta": ("roberta-base", dict(hidden_size=768, num_attention_heads=12, intermediate_size=3072)),
+    "modernbert": ("ModernBERT-base", dict(hidden_size=768, num_attention_heads=12, intermediate_size=1152)),
+    "esm": (
+        "ESM-2-150M",
+        dict(hidden_size=640, num_attention_heads=20, intermediate_size=2560, position_embedding_type="rotary"),
+    ),
+}
+
+
+def encoder_name(arch: str) -> str:
+    """What the tables call the encoder of ``--arch``: e.g. "a ModernBERT-base-width modernbert encoder"."""
+    checkpoint = ARCH_WIDTHS.get(arch, ARCH_WIDTHS["roberta"])[0]
+    return f"{'an' if checkpoint[0] in 'AEIOUaeiou' else 'a'} {checkpoint}-width {arch} encoder"
 
 
 def attention_step(
@@ -53,21 +68,30 @@ def attention_step(
 
 
 def build_mlm_model(
-    method: str, seq_len: int, layers: int = 2, vocab_size: int = 1024, options: dict[str, Any] | None = None
+    method: str,
+    seq_len: int,
+    layers: int = 2,
+    vocab_size: int = 1024,
+    options: dict[str, Any] | None = None,
+    arch: str = "roberta",
 ) -> torch.nn.Module:
-    """A randomly initialised roberta-base-width ``RobertaForMaskedLM`` for ``seq_len`` tokens with
-    attention ``method`` and its ``options`` (``"sdpa"``: Transformers' own) and attention dropout 0
-    (the approximations apply none)."""
+    """A randomly initialised masked-LM encoder of model type ``arch`` at the width of
+    :data:`ARCH_WIDTHS` for ``seq_len`` tokens, with attention ``method`` and its ``options`` (``"sdpa"``:
+    Transformers' own) and attention dropout 0 (the approximations apply none)."""
     import transformers
 
     from ...integration.patching import patch_model
 
-    config = transformers.RobertaConfig(
+    special = dict(pad_token_id=1, bos_token_id=0, eos_token_id=2, cls_token_id=0, sep_token_id=2, mask_token_id=3)
+    config = transformers.AutoConfig.for_model(
+        arch,
         vocab_size=vocab_size,
         num_hidden_layers=layers,
         max_position_embeddings=seq_len + 2,
         attention_probs_dropout_prob=0.0,
-        **ROBERTA_BASE_WIDTH,
+        attention_dropout=0.0,
+        **special,
+        **ARCH_WIDTHS.get(arch, ARCH_WIDTHS["roberta"])[1],
     )
     if method == MODEL_REFERENCE:
         return transformers.AutoModelForMaskedLM.from_config(config, attn_implementation="sdpa")
@@ -103,10 +127,11 @@ def model_step(
     batch: int = 1,
     device: str = "cpu",
     dtype: str = "fp32",
+    arch: str = "roberta",
 ) -> Callable[[], None]:
     """:func:`mlm_training_step` of :func:`build_mlm_model`."""
     torch.manual_seed(0)
-    model = build_mlm_model(method, seq_len, layers, vocab_size, options).to(device).train()
+    model = build_mlm_model(method, seq_len, layers, vocab_size, options, arch).to(device).train()
     return mlm_training_step(model, batch, seq_len, dtype)
 
 
@@ -128,6 +153,7 @@ def compile_timings(
     train: bool = False,
     layers: int = 2,
     vocab_size: int = 1024,
+    arch: str = "roberta",
     batch: int = 2,
     device: str = "cpu",
     dtype: str = "fp32",
@@ -139,7 +165,7 @@ def compile_timings(
     (median); the call is an inference forward, or with ``train`` a training step (forward,
     backward, AdamW step) on :func:`padded_batch`."""
     torch.manual_seed(0)
-    model = build_mlm_model(method, seq_len, layers, vocab_size, options).to(device).train(train)
+    model = build_mlm_model(method, seq_len, layers, vocab_size, options, arch).to(device).train(train)
     inputs = padded_batch(vocab_size, batch, seq_len, device)
     amp_dtype, dev = DTYPES[dtype], torch.device(device)
 
@@ -178,6 +204,7 @@ def onnx_timings(
     int8: bool = False,
     layers: int = 2,
     vocab_size: int = 1024,
+    arch: str = "roberta",
     batch: int = 1,
     device: str = "cpu",
     dtype: str = "fp32",
@@ -193,7 +220,7 @@ def onnx_timings(
     from ...serving.onnx import export_onnx, quantize_int8
 
     torch.manual_seed(0)
-    model = build_mlm_model(method, seq_len, layers, vocab_size, options).eval()
+    model = build_mlm_model(method, seq_len, layers, vocab_size, options, arch).eval()
     input_ids = torch.randint(3, vocab_size, (batch, seq_len))
     inputs = {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids)}
     with torch.no_grad():
@@ -269,6 +296,7 @@ def mixed_length_timings(
     options: dict[str, Any] | None = None,
     layers: int = 2,
     vocab_size: int = 1024,
+    arch: str = "roberta",
     batch: int = 4,
     device: str = "cpu",
     dtype: str = "fp32",
@@ -280,7 +308,7 @@ def mixed_length_timings(
     ``repeats`` passes over all documents after ``warmup``); and the largest difference between the
     eval logits of the two forms at the real tokens of the first batch (packing must not change them)."""
     torch.manual_seed(0)
-    model = build_mlm_model(method, seq_len, layers, vocab_size, options).to(device)
+    model = build_mlm_model(method, seq_len, layers, vocab_size, options, arch).to(device)
     dev, amp_dtype = torch.device(device), DTYPES[dtype]
     padded, packed = mixed_length_batches(lengths, batch, vocab_size, model.config.pad_token_id)
     padded, packed = (

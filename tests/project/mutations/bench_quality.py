@@ -83,10 +83,24 @@ MUTATIONS: list[Mutation] = [
     ),
     Mutation(
         P + "tools/benchmark/cli.py",
-        "layers=args.layers, vocab_size=args.vocab_size)",
-        "layers=args.layers, vocab_size=1024)",
+        "layers=args.layers, vocab_size=args.vocab_size, arch=args.arch)",
+        "layers=args.layers, vocab_size=1024, arch=args.arch)",
         (T + "project/test_flags_bench_quality.py::-k model_benchmark_flags",),
         "--vocab_size ignored by --model",
+    ),
+    Mutation(
+        P + "tools/benchmark/cli.py",
+        "layers=args.layers, vocab_size=args.vocab_size, arch=args.arch)",
+        "layers=args.layers, vocab_size=args.vocab_size)",
+        (T + "project/test_flags_bench_quality.py::-k model_benchmark_flags",),
+        "--arch ignored by --model",
+    ),
+    Mutation(
+        P + "tools/benchmark/steps.py",
+        '**ARCH_WIDTHS.get(arch, ARCH_WIDTHS["roberta"])[1],',
+        '**ARCH_WIDTHS["roberta"][1],',
+        (T + "tools/test_benchmark.py::-k arch_builds",),
+        "--arch's width table ignored (every encoder at roberta-base's width)",
     ),
     Mutation(
         P + "tools/benchmark/cli.py",

@@ -1,0 +1,94 @@
+"""The pipelines on one architecture of each kind (issue 55): ALBERT (learned positions, one shared
+layer), GTE (rotary, full layers), ModernBERT (rotary, windowed layers). Slow: each case converts,
+trains, exports and loads in a fresh process."""
+
+import numpy as np
+import pytest
+import torch
+import transformers as T
+from hub_fixtures import load_without_plugin
+from training_fixtures import save_tiny_mlm, write_news_files
+
+import hf_efficient_attn as hea
+from hf_efficient_attn.hub import export_variant
+
+KINDS = ["albert", "gte", "modernbert"]
+pytestmark = pytest.mark.slow
+
+
+def inputs(model, length=60, real=41):
+    torch.manual_seed(1)
+    ids = torch.randint(5, model.config.vocab_size, (2, length))
+    mask = torch.ones_like(ids)
+    mask[1, real:] = 0
+    return {"input_ids": ids, "attention_mask": mask}
+
+
+@pytest.mark.parametrize("model_type", KINDS)
+def test_convert_pretrain_and_share(model_type, tmp_path):
+    """convert_to_long.py stretches it with mra2, pretrain_mlm.py trains it (loss finite, folder
+    reloads as itself), and the Hub upload folder loads in a process without the plugin with the
+    same outputs."""
+    from hf_efficient_attn.tasks import convert
+    from hf_efficient_attn.tasks.mlm import pretrain
+
+    source = save_tiny_mlm(str(tmp_path / "short"), model_type, max_positions=64)
+    long = tmp_path / "long"
+    convert.main(["--model_name_or_path", source, "--max_length", "256", "--attn_impl", "mra2",
+                  "--attn_config", '{"block_per_row": 1}', "--output_dir", str(long)])  # fmt: skip
+    train, validation = write_news_files(str(tmp_path))
+    out = tmp_path / "mlm"
+    pretrain.main(["--model_name_or_path", str(long), "--train_file", train, "--validation_file", validation,
+                   "--max_seq_length", "128", "--per_device_train_batch_size", "2", "--max_steps", "3", "--do_train",
+                   "--output_dir", str(out), "--report_to", "none"])  # fmt: skip
+    model = T.AutoModelForMaskedLM.from_pretrained(out).eval()
+    assert model.config.attn_impl == "mra2" and model.config.max_position_embeddings >= 256
+    batch = inputs(model, 200, 150)
+    with torch.no_grad():
+        expected = model(**batch).logits
+    assert torch.isfinite(expected).all()
+
+    folder = export_variant(model, T.AutoTokenizer.from_pretrained(out), tmp_path / "hub", repo_id="someone/x",
+                            base_model="someone/base", license="apache-2.0")  # fmt: skip
+    seen = load_without_plugin({"m": (folder, "AutoModelForMaskedLM", batch)}, tmp_path)["m"]
+    torch.testing.assert_close(seen["output"], expected, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("model_type", KINDS)
+def test_lora_trains_and_reloads(model_type, tmp_path):
+    """PEFT LoRA on every linear layer of a patched classifier: a step changes the outputs, the saved
+    adapter reloads onto a fresh copy of the base with the same outputs."""
+    from peft import LoraConfig, PeftModel, get_peft_model
+
+    source = save_tiny_mlm(str(tmp_path / "base"), model_type)
+    torch.manual_seed(0)
+    base = hea.AutoModelForSequenceClassification.from_pretrained(source, attn_impl="mra2", num_labels=2)
+    lora = get_peft_model(base, LoraConfig(task_type="SEQ_CLS", target_modules="all-linear", r=4, init_lora_weights=False))
+    batch = inputs(base)
+    with torch.no_grad():
+        before = lora.eval()(**batch).logits
+    lora.train()
+    loss = lora(**batch, labels=torch.tensor([0, 1])).loss
+    loss.backward()
+    torch.optim.SGD([p for p in lora.parameters() if p.requires_grad], lr=0.1).step()
+    lora.eval().save_pretrained(tmp_path / "adapter")
+    with torch.no_grad():
+        expected = lora(**batch).logits
+    assert not torch.allclose(expected, before)
+    torch.manual_seed(0)
+    fresh = hea.AutoModelForSequenceClassification.from_pretrained(source, attn_impl="mra2", num_labels=2)
+    reloaded = PeftModel.from_pretrained(fresh, tmp_path / "adapter").eval()
+    with torch.no_grad():
+        torch.testing.assert_close(reloaded(**batch).logits, expected)
+
+
+@pytest.mark.parametrize("model_type", KINDS)
+def test_onnx_export_equals_pytorch(model_type, tmp_path):
+    from hf_efficient_attn.serving import onnx as serving
+
+    source = save_tiny_mlm(str(tmp_path / "base"), model_type)
+    model = hea.AutoModel.from_pretrained(source, attn_impl="mra2", attn_config={"block_per_row": 1}).eval()
+    serving.export_onnx(model, tmp_path / "model.onnx", seq_len=64)
+    for length in (64, 100):  # the length exported, and another
+        validation = serving.validate(model, tmp_path / "model.onnx", length)
+        assert np.isfinite(list(validation.max_abs_diff.values())).all() and validation.passed, validation
