@@ -27,8 +27,8 @@ def inputs(model, length=60, real=41):
 @pytest.mark.parametrize("model_type", KINDS)
 def test_convert_pretrain_and_share(model_type, tmp_path):
     """convert_to_long.py stretches it with mra2, pretrain_mlm.py trains it (loss finite, folder
-    reloads as itself), and the Hub upload folder loads in a process without the plugin with the
-    same outputs."""
+    reloads as itself), and the Hub upload folder (its card naming the architecture) loads in a process
+    without the plugin with the same outputs."""
     from hf_efficient_attn.tasks import convert
     from hf_efficient_attn.tasks.mlm import pretrain
 
@@ -50,6 +50,8 @@ def test_convert_pretrain_and_share(model_type, tmp_path):
 
     folder = export_variant(model, T.AutoTokenizer.from_pretrained(out), tmp_path / "hub", repo_id="someone/x",
                             base_model="someone/base", license="apache-2.0")  # fmt: skip
+    card = (folder / "README.md").read_text()
+    assert f"- {model_type}\n" in card and type(model).__name__ in card  # the card's tags and class name it
     seen = load_without_plugin({"m": (folder, "AutoModelForMaskedLM", batch)}, tmp_path)["m"]
     torch.testing.assert_close(seen["output"], expected, atol=1e-5, rtol=1e-4)
 
@@ -92,3 +94,30 @@ def test_onnx_export_equals_pytorch(model_type, tmp_path):
     for length in (64, 100):  # the length exported, and another
         validation = serving.validate(model, tmp_path / "model.onnx", length)
         assert np.isfinite(list(validation.max_abs_diff.values())).all() and validation.passed, validation
+
+
+@pytest.mark.parametrize("model_type", KINDS)
+def test_finetune_glue_predicts_what_the_saved_model_predicts(model_type, tmp_path):
+    """finetune_glue.py on MRPC (pairs of real sentences) with mra2: it trains and evaluates, and its
+    submission file holds the saved model's own predictions."""
+    from glue_fixtures import write_task_files
+    from glue_runs import SEQ, predictions_file, read_rows, run
+
+    # GTE's config has one token type; the small BERT tokenizer gives a pair's second sentence type 1.
+    types = {"type_vocab_size": 2} if model_type == "gte" else {}
+    workspace = {
+        "model": save_tiny_mlm(str(tmp_path / "tiny"), model_type, **types),
+        "files": {"mrpc": write_task_files(str(tmp_path / "mrpc"), "mrpc")},
+    }
+    out = tmp_path / "run"
+    metrics = run(workspace, "mrpc", out, max_steps=3)
+    assert 0 <= metrics["eval_accuracy"] <= 1
+    model = hea.AutoModelForSequenceClassification.from_pretrained(out).eval()
+    assert model.config.attn_impl == "mra2" and model.config.model_type == model_type
+    rows = read_rows(workspace["files"]["mrpc"]["test"])
+    tokenizer = T.AutoTokenizer.from_pretrained(out)
+    encoded = tokenizer([r["sentence1"] for r in rows], [r["sentence2"] for r in rows], padding="max_length",
+                        max_length=SEQ, truncation=True, return_tensors="pt")  # fmt: skip
+    with torch.no_grad():
+        predicted = model(**encoded).logits.argmax(-1).tolist()
+    assert [int(label) for _, label in predictions_file(out / "predict_results_mrpc.txt")] == predicted
