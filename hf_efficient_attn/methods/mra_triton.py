@@ -89,6 +89,20 @@ def triton_unavailable(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, option
         return f"supports batch x heads up to {MAX_BATCH_HEADS}, got {batch * heads}"
     if _blocks(length, options.block_size)[0] > MAX_BLOCKS:
         return f"supports up to {MAX_BLOCKS} blocks ({MAX_BLOCKS * options.block_size} tokens), got {length} tokens"
+    if {k.dtype, v.dtype} != {q.dtype}:
+        return f"needs q, k and v of one dtype, got {q.dtype}, {k.dtype} and {v.dtype}"
+    if k.shape[-1] != head_dim or v.shape[-1] != head_dim:
+        # The kernels size v's tiles and the output by q's head size: another v would be read past its rows.
+        return f"needs k's and v's head size equal to q's ({head_dim}), got {k.shape[-1]} and {v.shape[-1]}"
+    # The kernels' in-sequence offsets (row x the tensors' token stride; the output is laid out (B, N, H, D)) and
+    # those of the block means (3 planes of B x H x nb x D) are int32.
+    row_span = length * max(heads * head_dim, *(t.stride(2) for t in (q, k, v)))
+    means_span = 3 * batch * heads * _blocks(length, options.block_size)[0] * head_dim
+    if max(row_span, means_span) >= 2**31:
+        return (
+            "supports inputs whose offsets fit int32 (tokens x heads x head size, and 3 x batch x heads x blocks x "
+            f"head size, below 2**31), got {row_span} and {means_span}"
+        )
     if q.device.type != "cuda" and not kernels_interpreted():
         return f"runs on CUDA (on {q.device.type} only under Triton's interpreter, TRITON_INTERPRET=1, as the tests do)"
     return None

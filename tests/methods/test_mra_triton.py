@@ -255,6 +255,27 @@ def test_the_size_limits_refuse_one_past_what_the_kernels_index(monkeypatch):
     assert re.fullmatch(r"supports batch x heads up to 65535, got 65536", reason(65536, 64))
 
 
+def test_head_sizes_dtypes_and_int32_offsets_are_checked_at_their_limits(monkeypatch):
+    """Head sizes up to MAX_HEAD_DIM; k and v of q's head size and dtype (the kernels size v's tiles and the
+    output by q's); offsets that fit int32: a sequence of tokens x heads x head size below 2**31 (the
+    output's layout, (B, N, H, D)). Meta tensors: only the check runs."""
+    monkeypatch.setattr(mra_triton, "kernels_interpreted", lambda: True)
+    options = mra.MraOptions(block_size=128)
+
+    def reason(length=64, heads=1, dim=16, v_dim=None, v_dtype=torch.float32):
+        q = torch.empty(1, heads, length, dim, device="meta")
+        v = torch.empty(1, heads, length, v_dim or dim, device="meta", dtype=v_dtype)
+        return mra_triton.triton_unavailable(q, q, v, options)
+
+    assert reason(dim=256) is None
+    assert reason(dim=257) == "supports head sizes up to 256, got 257"
+    assert reason(v_dim=32) == "needs k's and v's head size equal to q's (16), got 16 and 32"
+    assert reason(v_dtype=torch.bfloat16) == "needs q, k and v of one dtype, got torch.float32, torch.float32 and torch.bfloat16"
+    longest = mra_triton.MAX_BLOCKS * 128  # 2**20 tokens: with 8 heads of 256, 2**31 offsets
+    assert reason(longest - 128, heads=8, dim=256) is None
+    assert reason(longest, heads=8, dim=256).startswith("supports inputs whose offsets fit int32")
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["fp32", "bf16"])
 def test_the_kernels_compile_for_hopper_without_a_gpu(dtype):
