@@ -27,6 +27,7 @@ reference: docs/methods/mra.md, "Backends".
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
 import re
@@ -148,6 +149,12 @@ def _mask_arguments(q: torch.Tensor, key_real: torch.Tensor | None) -> tuple[tor
     return key_real.contiguous().view(torch.int8), True
 
 
+def _on_gpu_of(tensor: torch.Tensor) -> contextlib.AbstractContextManager:
+    """Triton launches a kernel on the current CUDA device: with layers spread over GPUs, each call's
+    kernels must run on its tensors' device (a no-op off CUDA: the interpreter, meta tensors)."""
+    return torch.cuda.device(tensor.device) if tensor.is_cuda else contextlib.nullcontext()
+
+
 def launch_forward(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -174,47 +181,48 @@ def launch_forward(
         selection_keys_kernel,
     )
 
-    batch, heads, length, head_dim = q.shape
-    batch_heads = batch * heads
-    blocks, words = _blocks(length, block_size)
-    budget = min(block_per_row * blocks, blocks * blocks)
-    real, has_mask = _mask_arguments(q, key_real)
-    block_d = _head_tile(head_dim)
-    plane = batch_heads * blocks * head_dim
-    means = q.new_empty(3, batch_heads, blocks, head_dim, dtype=torch.float32)
-    counts = q.new_empty(batch, blocks, dtype=torch.int32)
-    block_means_kernel[(blocks, batch_heads)](
-        q, k, v, real, means, counts, *q.stride(), *k.stride(), *v.stride(),
-        heads, length, blocks, head_dim, plane, HAS_MASK=has_mask, BS=block_size, BLOCK_D=block_d,
-    )  # fmt: skip
-    keys = q.new_empty(batch_heads, blocks * blocks, dtype=torch.int64)
-    selection_keys_kernel[(_cdiv(blocks, MEANS_TILE), batch_heads)](
-        means, counts, keys, plane, scaling, heads, blocks, head_dim, first_n, diagonal_n,
-        TILE=MEANS_TILE, BLOCK_D=block_d, num_warps=MEANS_TILE_WARPS,
-    )  # fmt: skip
-    top_keys = keys.topk(budget, dim=-1, sorted=True).values
-    del keys
-    bitmaps = torch.zeros(2, batch_heads, blocks, words, dtype=torch.int32, device=q.device)
-    selected_bitmaps_kernel[(_cdiv(budget, DECODE_BLOCK), batch_heads)](
-        top_keys, counts, bitmaps, bitmaps[0].numel(), heads, blocks, words, budget, block_per_row,
-        BLOCK=DECODE_BLOCK, BLOCK_NB=DECODE_BLOCK,
-    )  # fmt: skip
-    low_out = low_lse = means  # unused by the kernel without the low-resolution part
-    if low_resolution:
-        low_out = q.new_empty(batch_heads, blocks, head_dim, dtype=torch.float32)
-        low_lse = q.new_empty(batch_heads, blocks, dtype=torch.float32)
-        low_resolution_kernel[(_cdiv(blocks, MEANS_TILE), batch_heads)](
-            means, counts, bitmaps, low_out, low_lse, plane, scaling, heads, blocks, words, head_dim,
+    with _on_gpu_of(q):  # q's GPU, not the current one: Triton launches on the current device
+        batch, heads, length, head_dim = q.shape
+        batch_heads = batch * heads
+        blocks, words = _blocks(length, block_size)
+        budget = min(block_per_row * blocks, blocks * blocks)
+        real, has_mask = _mask_arguments(q, key_real)
+        block_d = _head_tile(head_dim)
+        plane = batch_heads * blocks * head_dim
+        means = q.new_empty(3, batch_heads, blocks, head_dim, dtype=torch.float32)
+        counts = q.new_empty(batch, blocks, dtype=torch.int32)
+        block_means_kernel[(blocks, batch_heads)](
+            q, k, v, real, means, counts, *q.stride(), *k.stride(), *v.stride(),
+            heads, length, blocks, head_dim, plane, HAS_MASK=has_mask, BS=block_size, BLOCK_D=block_d,
+        )  # fmt: skip
+        keys = q.new_empty(batch_heads, blocks * blocks, dtype=torch.int64)
+        selection_keys_kernel[(_cdiv(blocks, MEANS_TILE), batch_heads)](
+            means, counts, keys, plane, scaling, heads, blocks, head_dim, first_n, diagonal_n,
             TILE=MEANS_TILE, BLOCK_D=block_d, num_warps=MEANS_TILE_WARPS,
         )  # fmt: skip
-    out = _output_like(q)
-    lse = q.new_empty(batch_heads, blocks * block_size, dtype=torch.float32)
-    exact_forward_kernel[(blocks, batch_heads)](
-        q, k, v, real, bitmaps, low_out, low_lse, out, lse, *q.stride(), *k.stride(), *v.stride(), *out.stride(),
-        scaling, heads, length, blocks, words, head_dim, HAS_MASK=has_mask, LOW_RESOLUTION=low_resolution,
-        PRECISION=_precision(q.dtype), BS=block_size, BLOCK_D=block_d, num_warps=_block_warps(block_size, block_d),
-    )  # fmt: skip
-    return out, lse, means, counts, bitmaps
+        top_keys = keys.topk(budget, dim=-1, sorted=True).values
+        del keys
+        bitmaps = torch.zeros(2, batch_heads, blocks, words, dtype=torch.int32, device=q.device)
+        selected_bitmaps_kernel[(_cdiv(budget, DECODE_BLOCK), batch_heads)](
+            top_keys, counts, bitmaps, bitmaps[0].numel(), heads, blocks, words, budget, block_per_row,
+            BLOCK=DECODE_BLOCK, BLOCK_NB=DECODE_BLOCK,
+        )  # fmt: skip
+        low_out = low_lse = means  # unused by the kernel without the low-resolution part
+        if low_resolution:
+            low_out = q.new_empty(batch_heads, blocks, head_dim, dtype=torch.float32)
+            low_lse = q.new_empty(batch_heads, blocks, dtype=torch.float32)
+            low_resolution_kernel[(_cdiv(blocks, MEANS_TILE), batch_heads)](
+                means, counts, bitmaps, low_out, low_lse, plane, scaling, heads, blocks, words, head_dim,
+                TILE=MEANS_TILE, BLOCK_D=block_d, num_warps=MEANS_TILE_WARPS,
+            )  # fmt: skip
+        out = _output_like(q)
+        lse = q.new_empty(batch_heads, blocks * block_size, dtype=torch.float32)
+        exact_forward_kernel[(blocks, batch_heads)](
+            q, k, v, real, bitmaps, low_out, low_lse, out, lse, *q.stride(), *k.stride(), *v.stride(), *out.stride(),
+            scaling, heads, length, blocks, words, head_dim, HAS_MASK=has_mask, LOW_RESOLUTION=low_resolution,
+            PRECISION=_precision(q.dtype), BS=block_size, BLOCK_D=block_d, num_warps=_block_warps(block_size, block_d),
+        )  # fmt: skip
+        return out, lse, means, counts, bitmaps
 
 
 mra_forward = torch.library.custom_op(f"{OP_NAMESPACE}::mra_forward", launch_forward, mutates_args=())
@@ -252,37 +260,38 @@ def launch_backward(
     output: the backward's launches, run by the custom operator :data:`mra_backward`."""
     from .mra_triton_kernels import backward_preprocess_kernel, exact_backward_kernel, low_resolution_backward_kernel
 
-    grad_out = grad_out.to(q.dtype)
-    batch, heads, length, head_dim = q.shape
-    batch_heads = batch * heads
-    blocks, words = _blocks(length, block_size)
-    real, has_mask = _mask_arguments(q, key_real)
-    block_d = _head_tile(head_dim)
-    plane, bitmap_plane = means[0].numel(), bitmaps[0].numel()
-    delta = q.new_empty(batch_heads, blocks * block_size, dtype=torch.float32)
-    low_grad = low_weight = low_ref = grad_means = means  # unused without the low-resolution part
-    if low_resolution:
-        low_grad = torch.empty_like(means[0])
-        low_weight, low_ref = (q.new_empty(batch_heads, blocks, dtype=torch.float32) for _ in range(2))
-    backward_preprocess_kernel[(blocks, batch_heads)](
-        out, grad_out, lse, delta, low_grad, low_weight, low_ref, *out.stride(), *grad_out.stride(),
-        heads, length, blocks, head_dim, LOW_RESOLUTION=low_resolution, BS=block_size, BLOCK_D=block_d,
-    )  # fmt: skip
-    if low_resolution:
-        grad_means = torch.empty_like(means)
-        low_resolution_backward_kernel[(_cdiv(blocks, MEANS_TILE), batch_heads, 2)](
-            means, counts, bitmaps, low_grad, low_weight, low_ref, grad_means, plane, bitmap_plane, scaling,
-            heads, blocks, words, head_dim, TILE=MEANS_TILE, BLOCK_D=block_d, num_warps=MEANS_TILE_WARPS,
+    with _on_gpu_of(q):
+        grad_out = grad_out.to(q.dtype)
+        batch, heads, length, head_dim = q.shape
+        batch_heads = batch * heads
+        blocks, words = _blocks(length, block_size)
+        real, has_mask = _mask_arguments(q, key_real)
+        block_d = _head_tile(head_dim)
+        plane, bitmap_plane = means[0].numel(), bitmaps[0].numel()
+        delta = q.new_empty(batch_heads, blocks * block_size, dtype=torch.float32)
+        low_grad = low_weight = low_ref = grad_means = means  # unused without the low-resolution part
+        if low_resolution:
+            low_grad = torch.empty_like(means[0])
+            low_weight, low_ref = (q.new_empty(batch_heads, blocks, dtype=torch.float32) for _ in range(2))
+        backward_preprocess_kernel[(blocks, batch_heads)](
+            out, grad_out, lse, delta, low_grad, low_weight, low_ref, *out.stride(), *grad_out.stride(),
+            heads, length, blocks, head_dim, LOW_RESOLUTION=low_resolution, BS=block_size, BLOCK_D=block_d,
         )  # fmt: skip
-    dq, dk, dv = _output_like(q), _output_like(q), _output_like(q)
-    exact_backward_kernel[(blocks, batch_heads, 2)](
-        q, k, v, real, grad_out, lse, delta, bitmaps, counts, grad_means, dq, dk, dv,
-        *q.stride(), *k.stride(), *v.stride(), *grad_out.stride(), *dq.stride(),
-        plane, bitmap_plane, scaling, heads, length, blocks, words, head_dim,
-        HAS_MASK=has_mask, LOW_RESOLUTION=low_resolution, PRECISION=_precision(q.dtype), BS=block_size, BLOCK_D=block_d,
-        num_warps=_block_warps(block_size, block_d),
-    )  # fmt: skip
-    return dq, dk, dv
+        if low_resolution:
+            grad_means = torch.empty_like(means)
+            low_resolution_backward_kernel[(_cdiv(blocks, MEANS_TILE), batch_heads, 2)](
+                means, counts, bitmaps, low_grad, low_weight, low_ref, grad_means, plane, bitmap_plane, scaling,
+                heads, blocks, words, head_dim, TILE=MEANS_TILE, BLOCK_D=block_d, num_warps=MEANS_TILE_WARPS,
+            )  # fmt: skip
+        dq, dk, dv = _output_like(q), _output_like(q), _output_like(q)
+        exact_backward_kernel[(blocks, batch_heads, 2)](
+            q, k, v, real, grad_out, lse, delta, bitmaps, counts, grad_means, dq, dk, dv,
+            *q.stride(), *k.stride(), *v.stride(), *grad_out.stride(), *dq.stride(),
+            plane, bitmap_plane, scaling, heads, length, blocks, words, head_dim,
+            HAS_MASK=has_mask, LOW_RESOLUTION=low_resolution, PRECISION=_precision(q.dtype), BS=block_size, BLOCK_D=block_d,
+            num_warps=_block_warps(block_size, block_d),
+        )  # fmt: skip
+        return dq, dk, dv
 
 
 mra_backward = torch.library.custom_op(f"{OP_NAMESPACE}::mra_backward", launch_backward, mutates_args=())

@@ -105,6 +105,27 @@ def test_forward_and_gradients_equal_pairs_and_the_dense_formula(name, options):
         assert (~selected.any(-1) & real[:, None, :]).any()
 
 
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA devices (pytest --device cuda on such a machine)")
+def test_the_kernels_run_on_the_tensors_gpu_not_the_current_one():
+    """Layers spread over GPUs: with cuda:0 current, a call on cuda:1 runs there, output and gradients
+    equal to the same call on cuda:0."""
+    q, k, v, mask = padded_case()
+    grad_out = torch.randn_like(q)
+    with torch.cuda.device(0):
+        on = {
+            index: outputs_and_gradients(
+                make("mra2", heads=1).to(f"cuda:{index}"),
+                [t.to(f"cuda:{index}") for t in (q, k, v)],
+                mask.to(f"cuda:{index}"),
+                grad_out.to(f"cuda:{index}"),
+            )  # fmt: skip
+            for index in (0, 1)
+        }
+    assert all(part.device == torch.device("cuda:1") for part in on[1])
+    for first, second in zip(on[0], on[1]):
+        torch.testing.assert_close(second.cpu(), first.cpu())
+
+
 def test_full_budget_is_exact_softmax_with_a_sequence_of_padding_only():
     """At a budget of every pair (5 blocks, 5 per row; 3 real blocks in row 1, whose budget caps at
     its 9 real pairs) the output and the gradients are exact softmax attention's (mra2: with no pair
