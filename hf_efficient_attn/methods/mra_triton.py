@@ -199,6 +199,9 @@ def launch_forward(
         selection_keys_kernel[(_cdiv(blocks, MEANS_TILE), batch_heads)](
             means, counts, keys, plane, scaling, heads, blocks, head_dim, first_n, diagonal_n,
             TILE=MEANS_TILE, BLOCK_D=block_d, num_warps=MEANS_TILE_WARPS,
+            # No fused multiply-add of `logit - row_max` (Triton fuses by default on GPUs): a row's best pair
+            # must score exactly 0, as in `pairs` and `gather`, for the tie rule to pick the same pairs.
+            enable_fp_fusion=False,
         )  # fmt: skip
         top_keys = keys.topk(budget, dim=-1, sorted=True).values
         del keys

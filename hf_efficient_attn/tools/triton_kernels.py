@@ -64,6 +64,10 @@ def kernel_work(length: int, heads: int, head_dim: int, block_size: int, dtype_b
     return {name: (float(flops), float(moved)) for name, (flops, moved) in work.items()}
 
 
+#: The compile options a launch may set, which the tool compiles with as Triton does at run time.
+LAUNCH_OPTIONS = ("num_warps", "num_stages", "enable_fp_fusion")
+
+
 def recorded_launches(dtype: torch.dtype, length: int, heads: int, head_dim: int, block_size: int) -> list[tuple]:
     """(kernel, positional arguments, keyword arguments) of every launch of one ``mra2`` forward and
     backward (batch 1, the last block padded, priors on), on meta tensors (nothing runs)."""
@@ -148,7 +152,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     for kernel, positional, keywords in recorded_launches(dtype, args.length, args.heads, args.head_dim, args.block_size):
         types, constexprs = signature(kernel, positional, keywords)
-        launch_options = {key: keywords[key] for key in ("num_warps", "num_stages") if key in keywords}
+        launch_options = {key: keywords[key] for key in LAUNCH_OPTIONS if key in keywords}
         compiled = triton.compile(
             ASTSource(fn=kernel, signature=types, constexprs=constexprs), target=target, options=launch_options
         )

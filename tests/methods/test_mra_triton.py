@@ -297,6 +297,36 @@ def test_head_sizes_dtypes_and_int32_offsets_are_checked_at_their_limits(monkeyp
     assert reason(longest, heads=8, dim=256).startswith("supports inputs whose offsets fit int32")
 
 
+#: Compiles the selection kernel for sm_90 with the options its launch sets (as Triton does at run time) and
+#: prints how many fp32 subtractions its PTX holds (fused, each is an fma.rn.f32).
+SELECTION_PTX = """
+import torch, triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from hf_efficient_attn.tools import triton_kernels as tool
+
+for kernel, args, kwargs in tool.recorded_launches(torch.float32, 1024, 2, 128, 32):
+    if kernel.__name__ == "selection_keys_kernel":
+        types, constexprs = tool.signature(kernel, args, kwargs)
+        options = {key: kwargs[key] for key in tool.LAUNCH_OPTIONS if key in kwargs}
+        source = ASTSource(fn=kernel, signature=types, constexprs=constexprs)
+        ptx = triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options).asm["ptx"]
+        print(ptx.count("sub.rn.f32") + ptx.count("sub.f32"))
+"""
+
+
+@pytest.mark.slow
+def test_the_selection_scores_are_not_fused_on_a_gpu():
+    """On a GPU Triton contracts ``logit - row_max`` with the logit's product into one FMA, so that a
+    row's best pair scores its rounding residual, not 0, and ties break by noise (head size 128: a scale
+    that is not a power of two). The selection kernel's launch turns fusion off: its PTX for sm_90 keeps
+    the subtraction (none with fusion on)."""
+    environment = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
+    result = subprocess.run([sys.executable, "-c", SELECTION_PTX], capture_output=True, text=True, env=environment, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert int(result.stdout.split()[-1]) > 0
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["fp32", "bf16"])
 def test_the_kernels_compile_for_hopper_without_a_gpu(dtype):

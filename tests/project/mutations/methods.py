@@ -217,6 +217,14 @@ MUTATIONS: list[Mutation] = [
         "triton: a head size of exactly MAX_HEAD_DIM refused",
     ),
     Mutation(
+        P + "methods/mra_triton.py",
+        "            enable_fp_fusion=False,",
+        "            enable_fp_fusion=True,",
+        (T + "methods/test_mra_triton.py::-k not_fused",),
+        "triton: the selection's scores fused into FMAs on a GPU (ties broken by rounding noise)",
+        slow=True,
+    ),
+    Mutation(
         P + "methods/mra_triton_kernels.py",
         "prior_sets = tl.where(eligible, prior_sets, 0)",
         "prior_sets = prior_sets",
