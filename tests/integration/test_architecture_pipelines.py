@@ -121,3 +121,23 @@ def test_finetune_glue_predicts_what_the_saved_model_predicts(model_type, tmp_pa
     with torch.no_grad():
         predicted = model(**encoded).logits.argmax(-1).tolist()
     assert [int(label) for _, label in predictions_file(out / "predict_results_mrpc.txt")] == predicted
+
+
+@pytest.mark.parametrize("model_type", ["modernbert"])
+def test_compare_methods_trains_each_method_from_the_same_start(model_type, tmp_path, monkeypatch):
+    """compare_methods.py on a ModernBERT (rotary, windowed layers): softmax and mra2, each from the same
+    warmed weights, evaluated at every checkpoint (the stages run in this process)."""
+    from hf_efficient_attn.tasks.mlm import compare, compare_stage
+    from hf_efficient_attn.tasks.mlm.compare_stage import START_WEIGHTS, read_json
+
+    monkeypatch.setattr(compare, "run_in_own_process", compare_stage.run_stage)
+    model = save_tiny_mlm(str(tmp_path / "tiny"), model_type)
+    train, validation = write_news_files(str(tmp_path))
+    out = tmp_path / "compare"
+    rows = compare.main(["--model_name_or_path", model, "--methods", "softmax,mra2", "--train_file", train,
+                         "--validation_file", validation, "--max_seq_length", "64", "--max_steps", "2", "--eval_steps",
+                         "2", "--per_device_train_batch_size", "2", "--max_eval_samples", "4", "--output_dir", str(out),
+                         "--report_to", "none"])  # fmt: skip
+    assert {(row["method"], row["step"]) for row in rows} == {(m, s) for m in ("softmax", "mra2") for s in (0, 2)}
+    assert read_json(out / "softmax" / START_WEIGHTS) == read_json(out / "mra2" / START_WEIGHTS)  # mra2: no own weights
+    assert T.AutoConfig.from_pretrained(out / "mra2").attn_impl == "mra2"
