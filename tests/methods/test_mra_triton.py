@@ -126,6 +126,14 @@ def test_the_kernels_run_on_the_tensors_gpu_not_the_current_one():
         torch.testing.assert_close(second.cpu(), first.cpu())
 
 
+def test_an_input_shorter_than_a_rows_budget_of_blocks_runs():
+    """20 tokens are 2 blocks of 16, fewer than the 4 a row may select: every pair is exact, as in pairs."""
+    q, k, v = (torch.randn(1, 1, 20, 16) for _ in range(3))
+    torch.testing.assert_close(
+        make("mra2", heads=1, block_per_row=4)(q, k, v), make("mra2", heads=1, backend="pairs", block_per_row=4)(q, k, v)
+    )
+
+
 def test_full_budget_is_exact_softmax_with_a_sequence_of_padding_only():
     """At a budget of every pair (5 blocks, 5 per row; 3 real blocks in row 1, whose budget caps at
     its 9 real pairs) the output and the gradients are exact softmax attention's (mra2: with no pair
@@ -290,6 +298,9 @@ def test_head_sizes_dtypes_and_int32_offsets_are_checked_at_their_limits(monkeyp
 
     assert reason(dim=256) is None
     assert reason(dim=257) == "supports head sizes up to 256, got 257"
+    assert mra_triton.triton_unavailable(*[torch.empty(1, 1, 64, 16, device="meta")] * 3, mra.MraOptions(block_size=256)) == (
+        "needs block_size in [16, 32, 64, 128] (Triton's matrix tiles), got 256"
+    )  # 128 above: the largest accepted
     assert reason(v_dim=32) == "needs k's and v's head size equal to q's (16), got 16 and 32"
     assert reason(v_dtype=torch.bfloat16) == "needs q, k and v of one dtype, got torch.float32, torch.float32 and torch.bfloat16"
     longest = mra_triton.MAX_BLOCKS * 128  # 2**20 tokens: with 8 heads of 256, 2**31 offsets

@@ -218,6 +218,13 @@ MUTATIONS: list[Mutation] = [
     ),
     Mutation(
         P + "methods/mra_triton.py",
+        "BLOCK_SIZES = (16, 32, 64, 128)",
+        "BLOCK_SIZES = (16, 32, 64, 128, 256)",
+        (T + "methods/test_mra_triton.py::-k int32_offsets",),
+        "triton: blocks of 256 (past Triton's tiles here) accepted",
+    ),
+    Mutation(
+        P + "methods/mra_triton.py",
         "            enable_fp_fusion=False,",
         "            enable_fp_fusion=True,",
         (T + "methods/test_mra_triton.py::-k not_fused",),
