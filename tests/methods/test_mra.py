@@ -487,14 +487,16 @@ def test_auto_runs_triton_then_pairs_on_cuda_and_gather_elsewhere(monkeypatch, d
     with torch.no_grad():
         make("mra2", backend="auto")(q, k, v)
     assert ran == ["triton_mra_attention" if device.type == "cuda" else "block_sparse_attention"]
-    # The rule for the devices this run does not have (only device type, dtype and shape are read).
+    # The rule for the devices this run does not have (only device type, dtype, shape and strides are read).
     for device_type, dtype, expected in (
         ("cuda", torch.float32, "triton"),
         ("cuda", torch.float64, "pairs"),  # triton refuses fp64
         ("cpu", torch.float32, "gather"),
         ("mps", torch.float32, "gather"),
     ):
-        fake = types.SimpleNamespace(device=torch.device(device_type), dtype=dtype, shape=(1, 2, 64, 8))
+        fake = types.SimpleNamespace(
+            device=torch.device(device_type), dtype=dtype, shape=(1, 2, 64, 8), stride=q[:1, :2, :64, :8].stride
+        )
         assert make("mra2", backend="auto")._choose_backend(fake, fake, fake) == expected
 
 
