@@ -354,7 +354,7 @@ def test_benchmark_mixed_lengths_flag(monkeypatch, tmp_path):
     assert all(job["kind"] == "mixed_lengths" and job["batch"] == 3 and job["lengths"] == [512, 20, 300]
                for job in asked["jobs"])  # fmt: skip
     assert [row["method"] for row in rows] == ["softmax", "mra2"]
-    assert (tmp_path / "mixed_lengths.md").exists()
+    assert "3 per batch, through a roberta-base-width roberta encoder, " in (tmp_path / "mixed_lengths.md").read_text()
     with pytest.raises(ValueError, match="unknown method 'sdpa'"):
         cli.parse_args(["--mixed_lengths", "--methods", "sdpa"])
 

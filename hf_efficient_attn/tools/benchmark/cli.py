@@ -116,7 +116,7 @@ def run(args: BenchmarkArguments) -> list[dict[str, Any]]:
             rows = mixed_lengths_table(jobs, results)
             title = (
                 f"Padded against packed batches: {len(extra['lengths'])} documents of real lengths (offline "
-                f"Wikipedia articles, at most {seq_lens[0]} tokens), {args.batch} per batch, through a "
+                f"Wikipedia articles, at most {seq_lens[0]} tokens), {args.batch} per batch, through "
                 f"{encoder_name(args.arch)}, {args.layers} layer(s); inference forwards and training steps "
                 f"(MLM forward + backward + AdamW); {_setting(args)}"
             )
