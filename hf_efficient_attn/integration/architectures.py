@@ -26,7 +26,7 @@ TESTED_ARCHITECTURES: tuple[str, ...] = (
     "xlm-roberta",
     "electra",
     "camembert",
-    "longformer",  # fmt: skip
+    "longformer",
     "distilbert",
     "albert",
     "xlm-roberta-xl",
@@ -69,40 +69,45 @@ def max_tokens(config: Any) -> int:
     return config.max_position_embeddings - position_offset(config)
 
 
-def _model_class(auto_class: type, config: Any) -> type | None:
-    """The class ``auto_class`` builds for ``config``'s architecture (None if it has none)."""
+def _model_class(auto_class: type, config_class: type) -> type | None:
+    """The class ``auto_class`` builds for this config class's architecture (None if it has none)."""
     mapping = auto_class._model_mapping
-    return mapping[type(config)] if type(config) in mapping else None
+    return mapping[config_class] if config_class in mapping else None
 
 
 def is_decoder_only(config: Any) -> bool:
     """A decoder architecture: Transformers gives it a causal-LM head and no masked-LM one (GPT-2, Llama)."""
     return (
-        _model_class(transformers.AutoModelForMaskedLM, config) is None
-        and _model_class(transformers.AutoModelForCausalLM, config) is not None
+        _model_class(transformers.AutoModelForMaskedLM, type(config)) is None
+        and _model_class(transformers.AutoModelForCausalLM, type(config)) is not None
     )
+
+
+@functools.cache
+def dispatches_attention(config_class: type) -> bool:
+    """Whether the base model of this config class runs its attention through ``AttentionInterface``
+    (looked up once a class: the mask function asks on every call)."""
+    return getattr(_model_class(transformers.AutoModel, config_class), "_supports_attention_backend", False)
 
 
 def dispatch_refusal(config: Any, attn_impl: str) -> str | None:
     """Why method ``attn_impl`` cannot run in models of ``config``'s architecture, or None if it can."""
     if config.model_type == "longformer":
         return None
-    model_class = _model_class(transformers.AutoModel, config)
-    if model_class is None or not getattr(model_class, "_supports_attention_backend", False):
+    if not dispatches_attention(type(config)):
         return (
             f"attention method {attn_impl!r}: model type {config.model_type!r} computes its attention itself, "
             "not through Transformers' AttentionInterface (as DeBERTa's disentangled "
             "attention, MPNet's relative bias and BigBird's block-sparse attention do), so no method can replace "
             f"it; supported: encoders that dispatch, e.g. {', '.join(TESTED_ARCHITECTURES)}"
         )
-    if getattr(config, "is_decoder", False) or getattr(config, "add_cross_attention", False) or is_decoder_only(config):
-        what = (
-            f"{config.model_type!r} is a decoder"
-            if is_decoder_only(config)
-            else "this model is configured as a decoder (is_decoder / add_cross_attention)"
-        )
-        return f"attention method {attn_impl!r} supports bidirectional encoder self-attention only; {what}"
-    return None
+    if is_decoder_only(config):
+        what = f"{config.model_type!r} is a decoder"
+    elif getattr(config, "is_decoder", False) or getattr(config, "add_cross_attention", False):
+        what = "this model is configured as a decoder (is_decoder / add_cross_attention)"
+    else:
+        return None
+    return f"attention method {attn_impl!r} supports bidirectional encoder self-attention only; {what}"
 
 
 @functools.cache

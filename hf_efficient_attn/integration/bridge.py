@@ -20,7 +20,7 @@ from transformers.models.longformer.modeling_longformer import LongformerSelfAtt
 
 from ..methods.base import METHOD_ATTRIBUTE, AttentionMethod, AttentionShape, is_tracing
 from ..registry import build_method, method_named_by, on_register, resolve_method, saved_attn_implementation
-from .architectures import dispatch_refusal, dispatches, is_causal, is_windowed
+from .architectures import dispatch_refusal, dispatches, dispatches_attention, is_causal, is_windowed
 from .longformer import EfficientLongformerSelfAttention
 from .packing import SEGMENTS_KEYWORD, attend_packed, groups_by_length, packed_segments
 from .transformers_private import is_packed_bidirectional_mask, requested_attn_implementation
@@ -167,13 +167,11 @@ def key_padding_mask_function(
     The mask of sliding-window layers (``local_size``) is SDPA's, for the model's own attention they run.
     """
     config = kwargs.get("config")
-    refusal = (
-        None
-        if config is None or is_tracing()
-        else dispatch_refusal(config, method_named_by(requested_attn_implementation(config)))
-    )
-    if refusal is not None:  # MPNet, BigBird: their masks come from here, their attention is their own
-        raise ValueError(refusal)
+    if config is not None and not is_tracing() and not dispatches_attention(type(config)):
+        # MPNet, BigBird: their masks come from here, their attention is their own
+        refusal = dispatch_refusal(config, method_named_by(requested_attn_implementation(config)))
+        if refusal is not None:
+            raise ValueError(refusal)
     if kwargs.get("local_size") is not None:
         return sdpa_mask(batch_size, q_length, kv_length, mask_function=mask_function, attention_mask=attention_mask, **kwargs)
     packed = attention_mask is None and is_packed_bidirectional_mask(mask_function)

@@ -88,7 +88,8 @@ def triton_unavailable(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, option
         return f"supports head sizes up to {MAX_HEAD_DIM}, got {head_dim}"
     if batch * heads > MAX_BATCH_HEADS:
         return f"supports batch x heads up to {MAX_BATCH_HEADS}, got {batch * heads}"
-    if _blocks(length, options.block_size)[0] > MAX_BLOCKS:
+    blocks = _blocks(length, options.block_size)[0]
+    if blocks > MAX_BLOCKS:
         return f"supports up to {MAX_BLOCKS} blocks ({MAX_BLOCKS * options.block_size} tokens), got {length} tokens"
     if {k.dtype, v.dtype} != {q.dtype}:
         return f"needs q, k and v of one dtype, got {q.dtype}, {k.dtype} and {v.dtype}"
@@ -98,7 +99,7 @@ def triton_unavailable(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, option
     # The kernels' in-sequence offsets (row x the tensors' token stride; the output is laid out (B, N, H, D)) and
     # those of the block means (3 planes of B x H x nb x D) are int32.
     row_span = length * max(heads * head_dim, *(t.stride(2) for t in (q, k, v)))
-    means_span = 3 * batch * heads * _blocks(length, options.block_size)[0] * head_dim
+    means_span = 3 * batch * heads * blocks * head_dim
     if max(row_span, means_span) >= 2**31:
         return (
             "supports inputs whose offsets fit int32 (tokens x heads x head size, and 3 x batch x heads x blocks x "

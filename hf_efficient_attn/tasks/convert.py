@@ -33,8 +33,9 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
-from ..integration.architectures import dispatch_refusal, has_rotary_positions
+from ..integration.architectures import has_rotary_positions
 from ..integration.auto import chosen_method
+from ..integration.bridge import check_supported
 from ..integration.patching import patch_model
 from ..integration.positions import ROPE_SCALINGS, check_max_length, extend_position_embeddings, max_tokens
 from .common.loading import HeldBackLoadReport
@@ -131,9 +132,7 @@ def convert_to_long(
             f"--output_dir {output_dir} already holds a model (config.json); give a new folder, or delete that one first"
         )
     config = AutoConfig.from_pretrained(config_name or model_name_or_path, **hub_kwargs)
-    refusal = dispatch_refusal(config, attn_impl or getattr(config, "attn_impl", None) or "softmax")
-    if refusal is not None:
-        raise ValueError(refusal)
+    check_supported(config, attn_impl or getattr(config, "attn_impl", None) or "softmax")
     choice = chosen_method(config, attn_impl, attn_config)
     # Plain Transformers loads the weights; the method is attached after the extension (see above).
     held_back = HeldBackLoadReport()

@@ -176,8 +176,8 @@ MUTATIONS: list[Mutation] = [
     # ---- MRA-2's triton backend (its kernels run in Triton's interpreter on CPU) --------------------------------
     Mutation(
         P + "methods/mra_triton.py",
-        "if _blocks(length, options.block_size)[0] > MAX_BLOCKS:",
-        "if _blocks(length, options.block_size)[0] >= MAX_BLOCKS:",
+        "if blocks > MAX_BLOCKS:",
+        "if blocks >= MAX_BLOCKS:",
         (T + "methods/test_mra_triton.py::-k size_limits",),
         "triton: a sequence of exactly MAX_BLOCKS blocks is refused",
     ),
