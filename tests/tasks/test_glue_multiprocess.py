@@ -78,23 +78,42 @@ LEAVING_PROBE = """
 import gc, os, sys
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
+from transformers import Trainer, TrainerCallback
 from hf_efficient_attn.tasks.glue import main
+
+class KeepsItsTrainer(TrainerCallback):  # trainer -> callbacks -> trainer: freed only by the cyclic collector
+    def __init__(self, trainer):
+        self.trainer = trainer
+
+def init_with_a_cycle(self, *args, init=Trainer.__init__, **kwargs):
+    init(self, *args, **kwargs)
+    self.add_callback(KeepsItsTrainer(self))
+
+Trainer.__init__ = init_with_a_cycle
+alive_at_destroy = []
+
+def destroy(*args, real=dist.destroy_process_group, **kwargs):
+    alive_at_destroy.append(sum(isinstance(o, DistributedDataParallel) for o in gc.get_objects()))
+    real(*args, **kwargs)
+
+dist.destroy_process_group = destroy
+gc.disable()  # no collection at an allocation threshold: only the script's own
 main(sys.argv[1:])
-ddp_alive = sum(isinstance(o, DistributedDataParallel) for o in gc.get_objects())
 # One write per process: two processes' print()s, split into pieces, interleaved on the pipe.
-os.write(1, f"group left {not dist.is_initialized()}, DDP alive {ddp_alive}\\n".encode())
+os.write(1, f"group left {not dist.is_initialized()}, DDP alive at destroy {alive_at_destroy}\\n".encode())
 """
 
 
 def test_each_process_leaves_its_group_after_the_run(tmp_path):
     """finetune_glue's main ends by destroying the process group, from Python, with the run's DDP
-    wrapper already freed: a group left alive until the interpreter exits made one two-process run
-    in eight abort there (SIGABRT in gloo's threads), and a group destroyed by the wrapper's reducer
-    can deadlock."""
+    wrapper already freed, even when the trainer sits in a reference cycle (a callback that keeps
+    its trainer, the usual way to evaluate extra sets): a group left alive until the interpreter
+    exits made one two-process run in eight abort there (SIGABRT in gloo's threads), and a group
+    destroyed by the wrapper's reducer can deadlock."""
     files = write_task_files(str(tmp_path / "data"), "mrpc")
     model = save_tiny_mlm(str(tmp_path / "tiny"))
     probe = tmp_path / "probe.py"
     probe.write_text(LEAVING_PROBE)
     args = train_args(model, files, tmp_path / "out", 4)[1:]  # the probe runs main on the script's flags
     result = run_script([str(probe), *args], launcher=TWO_PROCESS_LAUNCHERS["two"])
-    assert result.stdout.count("group left True, DDP alive 0\n") == 2, result.stdout
+    assert result.stdout.count("group left True, DDP alive at destroy [0]\n") == 2, result.stdout

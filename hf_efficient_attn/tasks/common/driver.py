@@ -431,5 +431,5 @@ def leave_process_group() -> None:
     process there instead (SIGABRT; pytorch/pytorch#179291). Destroyed from Python, the group
     releases the GIL while it waits for its threads."""
     if torch.distributed.is_available() and torch.distributed.is_initialized():
-        gc.collect()  # the trainer and its DDP wrapper, which reference each other through callbacks
+        gc.collect()  # the trainer and its DDP wrapper, when a cycle holds them (a callback that keeps its trainer)
         torch.distributed.destroy_process_group()
