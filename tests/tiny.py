@@ -41,6 +41,14 @@ DISPATCHING_ARCHITECTURES = {
         "emb_layer_norm_before": False,
     },  # fmt: skip
 }
+#: One of DISPATCHING_ARCHITECTURES of each kind for the costlier checks of the default tier: learned
+#: positions, rotary with full layers only, rotary with windowed layers (the rest in the slow tier).
+KINDS = ["albert", "gte", "modernbert"]
+
+
+def default_tier(*architectures: str) -> list:
+    """DISPATCHING_ARCHITECTURES, with those not named in the slow tier."""
+    return [a if a in architectures else pytest.param(a, marks=pytest.mark.slow) for a in DISPATCHING_ARCHITECTURES]
 
 
 def tiny_config(model_type="roberta", **overrides):

@@ -129,3 +129,20 @@ def is_windowed(module: nn.Module) -> bool:
 
 def is_causal(module: nn.Module) -> bool:
     return bool(getattr(module, "is_causal", False))
+
+
+#: The ``config.classifier_pooling`` values (ModernBERT's, EuroBERT's, UltraBERT's) of heads that read
+#: each row's first token, which packed rows can serve (``one_row_per_sequence``).
+FIRST_TOKEN_POOLING = ("cls", "bos")
+
+
+def packed_pooling_refusal(config: Any) -> str | None:
+    """Why a sequence classifier of ``config`` cannot take packed rows (its head averages each row's
+    tokens), or None."""
+    pooling = getattr(config, "classifier_pooling", "cls")
+    if pooling in FIRST_TOKEN_POOLING:
+        return None
+    return (
+        f"classifier_pooling={pooling!r} averages each row's tokens, not each sequence's; use one sequence a row, "
+        f"or a head that reads the first token (classifier_pooling {' or '.join(map(repr, FIRST_TOKEN_POOLING))})"
+    )

@@ -20,7 +20,14 @@ from transformers.models.longformer.modeling_longformer import LongformerSelfAtt
 
 from ..methods.base import METHOD_ATTRIBUTE, AttentionMethod, AttentionShape, is_tracing
 from ..registry import build_method, method_named_by, on_register, resolve_method, saved_attn_implementation
-from .architectures import dispatch_refusal, dispatches, dispatches_attention, is_causal, is_windowed
+from .architectures import (
+    dispatch_refusal,
+    dispatches,
+    dispatches_attention,
+    is_causal,
+    is_windowed,
+    packed_pooling_refusal,
+)
 from .longformer import EfficientLongformerSelfAttention
 from .packing import SEGMENTS_KEYWORD, attend_packed, groups_by_length, packed_segments
 from .transformers_private import is_packed_bidirectional_mask, requested_attn_implementation
@@ -69,6 +76,13 @@ def _plain_transformers_method(module: nn.Module, name: str) -> AttentionMethod:
     return method
 
 
+def kept(attention_mask: torch.Tensor) -> torch.Tensor:
+    """A bool mask (True = attend) from a bool or additive float one (0 = attend)."""
+    if attention_mask.dtype == torch.bool:
+        return attention_mask
+    return attention_mask > torch.finfo(attention_mask.dtype).min / 2
+
+
 def key_padding_mask_from(attention_mask: torch.Tensor | None, batch: int, seq_len: int) -> torch.Tensor | None:
     """Bool (B, N) key-padding mask (True = real) from a 4D mask that only masks keys.
 
@@ -82,7 +96,7 @@ def key_padding_mask_from(attention_mask: torch.Tensor | None, batch: int, seq_l
             f"efficient attention accepts a 4D key-padding mask (batch, 1, 1 or {seq_len}, {seq_len}); "
             f"got shape {tuple(attention_mask.shape)}"
         )
-    keep = attention_mask if attention_mask.dtype == torch.bool else attention_mask > torch.finfo(attention_mask.dtype).min / 2
+    keep = kept(attention_mask)
     first_row = keep[:, :1, :1, :]
     if keep.shape[1] * keep.shape[2] > 1 and not torch.equal(keep, first_row.expand_as(keep)):
         raise ValueError(
@@ -115,6 +129,7 @@ def efficient_attention_forward(
     if is_windowed(module):
         if getattr(module, METHOD_ATTRIBUTE, None) is not None:
             raise ValueError("an efficient method cannot run on a sliding-window layer: it would drop the window")
+        attention_mask = windowed_mask_of_packed_rows(attention_mask, query.shape[0], query.shape[2], kwargs)
         return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs)
     if kwargs.get("sliding_window") is not None:
         raise ValueError(
@@ -149,6 +164,24 @@ def efficient_attention_forward(
     if getattr(method, RETURN_PROBABILITIES, False):  # output_attentions=True (patching.py)
         weights = method.probabilities(query, key, key_padding_mask, query.shape[-1] ** -0.5 if scaling is None else scaling)
     return out.transpose(1, 2).contiguous(), weights
+
+
+def windowed_mask_of_packed_rows(
+    attention_mask: torch.Tensor | None, batch: int, seq_len: int, kwargs: dict[str, Any]
+) -> torch.Tensor | None:
+    """The (B, 1, N, N) mask of a sliding-window layer (``attention_mask``, SDPA's windowed mask or None)
+    restricted, in packed rows, to each token's own sequence: a window that would reach into the next
+    sequence stops at its end, as it does for the sequence alone. Unchanged for one sequence a row."""
+    segments = kwargs.get(SEGMENTS_KEYWORD)
+    if segments is None:
+        # A token is real where it may attend to itself: the diagonal of the windowed mask.
+        real = None if attention_mask is None else kept(attention_mask)[:, 0].expand(-1, seq_len, -1).diagonal(dim1=-2, dim2=-1)
+        segments = packed_segments(kwargs, real, batch, seq_len, group=False)
+    if segments is None:
+        return attention_mask
+    sequence = segments.sequence.view(batch, 1, seq_len)
+    same_sequence = sequence[..., :, None] == sequence[..., None, :]
+    return same_sequence if attention_mask is None else kept(attention_mask) & same_sequence
 
 
 def key_padding_mask_function(
@@ -188,7 +221,10 @@ def key_padding_mask_function(
 def one_row_per_sequence(module: nn.Module, args: tuple, kwargs: dict[str, Any], output: Any) -> Any:
     """Forward hook (``with_kwargs``) of the encoder of a sequence-level model (``patching.py``): the
     last hidden states of packed rows become one row per sequence, so that the head, which reads
-    each row's first token (BERT's pooler, RoBERTa's classifier), reads every sequence's."""
+    each row's first token (BERT's pooler, RoBERTa's classifier), reads every sequence's. Where the
+    hooked module pools itself (GTE, NomicBERT: models without an ``encoder``), its pooler runs
+    again on those rows. A head that averages each row's tokens is refused: it would average the
+    padding of the rows it gets."""
     hidden = output.last_hidden_state
     batch, seq_len, _ = hidden.shape
     if SEGMENTS_KEYWORD in kwargs:
@@ -199,7 +235,12 @@ def one_row_per_sequence(module: nn.Module, args: tuple, kwargs: dict[str, Any],
         mask = kwargs.get("attention_mask", args[1] if len(args) > 1 else None)
         segments = packed_segments(kwargs, key_padding_mask_from(mask, batch, seq_len), batch, seq_len)
     if segments is not None:
+        refusal = packed_pooling_refusal(module.config)
+        if refusal is not None:
+            raise ValueError(f"packed rows: {refusal}")
         output.last_hidden_state = segments.in_order().unpack_tokens(hidden)[0]
+        if getattr(output, "pooler_output", None) is not None:
+            output.pooler_output = module.pooler(output.last_hidden_state)
     return output
 
 

@@ -376,7 +376,7 @@ def run_glue(
     check_run(training_args, stages=("do_train", "do_eval", "do_predict"))
     config = load_config(model_args)
     check_max_seq_length(data_args.max_seq_length, max_tokens(config))
-    check_padding_free(data_args.padding_free, model_args, config)
+    check_padding_free(data_args.padding_free, model_args, config, sequence_head=True)
     checkpoint = start_run(training_args)
 
     raw = load_glue_splits(data_args, model_args.cache_dir, model_args.token)

@@ -7,12 +7,12 @@ import pytest
 import torch
 import transformers as T
 from hub_fixtures import load_without_plugin
+from tiny import KINDS
 from training_fixtures import save_tiny_mlm, write_news_files
 
 import hf_efficient_attn as hea
 from hf_efficient_attn.hub import export_variant
 
-KINDS = ["albert", "gte", "modernbert"]
 pytestmark = pytest.mark.slow
 
 

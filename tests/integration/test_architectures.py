@@ -8,7 +8,7 @@ import copy
 import pytest
 import torch
 import transformers as T
-from tiny import DISPATCHING_ARCHITECTURES, REAL, SEQ, VOCAB, batch, hidden, tiny_config
+from tiny import DISPATCHING_ARCHITECTURES, KINDS, REAL, SEQ, VOCAB, batch, default_tier, hidden, tiny_config
 
 import hf_efficient_attn as hea
 from hf_efficient_attn.integration.architectures import TESTED_ARCHITECTURES, has_rotary_positions, max_tokens
@@ -16,14 +16,6 @@ from hf_efficient_attn.integration.bridge import method_modules, self_attention_
 
 NEW = list(DISPATCHING_ARCHITECTURES)
 WINDOWED = ["modernbert", "ultrabert"]
-#: One of each kind for the costlier checks of the default tier: learned positions, rotary with full
-#: layers only, rotary with windowed layers (the rest in the slow tier).
-KINDS = ["albert", "gte", "modernbert"]
-
-
-def default_tier(*architectures):
-    """NEW, with the architectures not named in the slow tier."""
-    return [a if a in architectures else pytest.param(a, marks=pytest.mark.slow) for a in NEW]
 
 
 def sdpa_model(model_type, **overrides):

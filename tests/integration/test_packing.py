@@ -8,7 +8,7 @@ import pytest
 import torch
 from test_bridge import SMALL_BUDGETS
 from test_mlm import workspace  # noqa: F401  (the fixture of the --padding_free tests)
-from tiny import ARCHITECTURES, MATRIX_ARCHITECTURES, VOCAB, tiny_config
+from tiny import ARCHITECTURES, KINDS, MATRIX_ARCHITECTURES, VOCAB, default_tier, tiny_config
 from transformers import DataCollatorWithFlattening
 
 import hf_efficient_attn as hea
@@ -64,6 +64,36 @@ def test_packed_row_equals_each_sequence_alone(model_type, method, device):
         assert (packed - exact).abs().max() > 1e-3, "the method cannot be told from exact attention"
 
 
+@pytest.mark.parametrize("model_type", default_tier(*KINDS))
+def test_packed_rows_of_every_dispatching_architecture(model_type):
+    """In every architecture of issue 55, whichever form says where the sequences start, a packed row
+    equals its sequences alone: the method's layers and the windowed layers (ModernBERT's, UltraBERT's),
+    whose window stops at each sequence's end; mra2 is seen to run."""
+    model = packed_model(model_type, "mra2")
+    exact = hea.patch_model(copy.deepcopy(model), "softmax")
+    seqs = sequences()
+    for form, options in FORMS.items():
+        with torch.no_grad():
+            packed = model(**pack(seqs, **options)).last_hidden_state[0]
+            torch.testing.assert_close(packed, alone(model, seqs), atol=1e-4, rtol=1e-4, msg=form)
+            assert (packed - exact(**pack(seqs, **options)).last_hidden_state[0]).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize("form", ["flash_attn_kwargs", "seq_idx"])
+def test_windowed_layers_of_a_plain_transformers_model_keep_packed_sequences_apart(form, tmp_path):
+    """A saved ModernBERT variant built by Transformers' own class (no patched model to work the
+    sequences out once): its windowed layers find them in the keywords themselves. (ModernBERT passes
+    ``position_ids`` to neither its layers nor its masks: that form needs the patched model.)"""
+    import transformers as T
+
+    packed_model("modernbert", "mra2").save_pretrained(tmp_path)
+    model = T.ModernBertModel.from_pretrained(tmp_path).eval()
+    seqs = sequences()
+    with torch.no_grad():
+        packed = model(**pack(seqs, **FORMS[form])).last_hidden_state[0]
+    torch.testing.assert_close(packed, alone(model, seqs), atol=1e-4, rtol=1e-4)
+
+
 @pytest.mark.parametrize("form", FORMS)
 @pytest.mark.parametrize("method", ["mra2", "yoso", "linformer"])
 def test_every_collator_form_keeps_sequences_apart(form, method):
@@ -95,10 +125,11 @@ def test_packing_keywords_alone_say_where_sequences_start(keyword):
     assert (first_sequence(changed) - first_sequence(batch["input_ids"])).abs().max() > 1e-4
 
 
-def test_several_padded_packed_rows():
+@pytest.mark.parametrize("model_type", ["roberta", "modernbert"])  # offset positions; windowed layers
+def test_several_padded_packed_rows(model_type):
     """A batch of two packed rows, the first padded at its end (the padding's positions running on),
     equals the sequences alone."""
-    model = packed_model("roberta", "mra2")
+    model = packed_model(model_type, "mra2")
     seqs = sequences((50, 70, 90, 40))
     offset = position_offset(model.config)
     width = 130
@@ -372,12 +403,14 @@ def test_document_lengths_are_real_token_counts():
     assert lengths == [min(n, 2048) for n in full] and max(full) > 2048 > min(full)
 
 
-@pytest.mark.parametrize("model_type", ARCHITECTURES)
+@pytest.mark.parametrize("model_type", ARCHITECTURES + default_tier("gte", "modernbert"))
 def test_packed_sequence_classification_scores_each_sequence(model_type):
     """A sequence classifier given a packed row returns one row of logits per sequence, equal to each
-    sequence's own (the head reads every sequence's first token, BERT's pooler included); its loss
-    is the mean over the sequences; unpatched, the model is plain again (no hook left)."""
-    config = tiny_config(model_type, initializer_range=0.3, max_position_embeddings=140, num_labels=3)
+    sequence's own (the head reads every sequence's first token, BERT's pooler included, and GTE's,
+    which its model applies itself); its loss is the mean over the sequences; unpatched, the model is
+    plain again (no hook left)."""
+    pooling = {"classifier_pooling": "bos"} if model_type == "eurobert" else {}  # its first-token head
+    config = tiny_config(model_type, initializer_range=0.3, max_position_embeddings=140, num_labels=3, **pooling)
     model = hea.AutoModelForSequenceClassification.from_config(config, attn_impl="mra2",
                                                                attn_config=SMALL_BUDGETS["mra2"]).eval()  # fmt: skip
     seqs = sequences()
@@ -400,3 +433,14 @@ def test_sequence_label_flattening_keeps_token_types_and_one_label_per_example()
     assert batch["input_ids"].tolist() == [[5, 6, 7, 8, 9]] and batch["token_type_ids"].tolist() == [[0, 0, 1, 0, 1]]
     assert batch["position_ids"].tolist() == [[0, 1, 2, 0, 1]] and batch["cu_seq_lens_q"].tolist() == [0, 3, 5]
     assert batch["labels"].tolist() == [2, 0]
+
+
+@pytest.mark.parametrize(("model_type", "pooling"), [("eurobert", "late"), ("eurobert", "mean"), ("modernbert", "mean")])
+def test_a_head_that_averages_each_row_refuses_packed_rows(model_type, pooling):
+    """A classifier whose head averages each row's tokens would average the padding of the rows the
+    sequences are unpacked into: refused, naming the pooling; padded rows still run."""
+    config = tiny_config(model_type, max_position_embeddings=140, num_labels=2, classifier_pooling=pooling)
+    model = hea.AutoModelForSequenceClassification.from_config(config, attn_impl="mra2").eval()
+    with pytest.raises(ValueError, match=f"packed rows: classifier_pooling='{pooling}' averages each row's tokens"):
+        model(**pack(sequences()))
+    assert model(input_ids=sequences()[0][None]).logits.shape == (1, 2)

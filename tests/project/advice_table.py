@@ -259,6 +259,8 @@ ADVICE_TESTS = {
     P + "hub/remote_code.py::_package_imports: write `from {}.x import y` (or relative) to ship it": HUB
     + "test_remote_code_advice",
     # the API
+    P + "integration/architectures.py::packed_pooling_refusal: use one sequence a row, or a head that reads the first "
+    "token (classifier_pooling {})": API + "test_packed_classifier_pooling_advice",
     P + "integration/auto.py::_EfficientAutoModel.__init__: use {}.from_pretrained(...) or .from_config(...)": API
     + "test_auto_class_instantiated_directly_advice",
     P + "integration/auto.py::chosen_method: give one of them": API + "test_two_method_names_advice",

@@ -111,6 +111,29 @@ def test_packed_positions_start_advice():
         torch.testing.assert_close(out, alone, atol=1e-5, rtol=1e-5)
 
 
+def test_packed_classifier_pooling_advice():
+    """A classifier that averages each row given packed rows: 'use one sequence a row, or a head that reads
+    the first token': padded rows, and EuroBERT's 'bos' head on the packed row, score each sequence."""
+    first, second = torch.randint(5, 100, (7,)), torch.randint(5, 100, (5,))
+    packed = T.DataCollatorWithFlattening()([{"input_ids": first}, {"input_ids": second}])
+    packed.pop("labels")
+    padded = {"input_ids": torch.zeros(2, 7, dtype=torch.long), "attention_mask": torch.zeros(2, 7, dtype=torch.long)}
+    for row, ids in enumerate((first, second)):
+        padded["input_ids"][row, : len(ids)], padded["attention_mask"][row, : len(ids)] = ids, 1
+    for pooling in ("late", "bos"):
+        torch.manual_seed(0)
+        config = tiny_config("eurobert", num_labels=2, classifier_pooling=pooling)
+        model = hea.AutoModelForSequenceClassification.from_config(config, attn_impl="softmax").eval()
+        with torch.no_grad():
+            alone = torch.cat([model(input_ids=ids[None]).logits for ids in (first, second)])
+            if pooling == "late":
+                with raises(ValueError, "use one sequence a row, or a head that reads the first token"):
+                    model(**packed)
+                torch.testing.assert_close(model(**padded).logits, alone, atol=1e-5, rtol=1e-5)
+            else:
+                torch.testing.assert_close(model(**packed).logits, alone, atol=1e-5, rtol=1e-5)
+
+
 def test_output_attentions_advice():
     """'call the model with output_attentions=False' and, for a config asking for them, 'set it to False'."""
     model = hea.AutoModel.from_config(tiny_config("bert"), attn_impl="mra2").eval()

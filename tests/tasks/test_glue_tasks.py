@@ -215,6 +215,17 @@ def test_lengths_padding_and_sample_limits(workspace, monkeypatch, tmp_path):
         assert list(padded["eval_dataset"]["labels"]) == gold
 
 
+def test_padding_free_refuses_a_head_that_averages_each_row(workspace, tmp_path):
+    """--padding_free with a model whose classifier averages each row's tokens (EuroBERT's default
+    pooling) is refused before training, naming the pooling."""
+    from training_fixtures import save_tiny_mlm
+
+    model = save_tiny_mlm(str(tmp_path / "eurobert"), "eurobert")
+    with pytest.raises(ValueError, match="--padding_free: this model's classifier_pooling='late' averages"):
+        run(workspace, "mrpc", tmp_path / "out", model_name_or_path=model, padding_free=True)
+    assert not os.path.exists(tmp_path / "out")
+
+
 @pytest.mark.parametrize("task", ["mrpc", "stsb"])
 def test_padding_free_packs_each_batch_and_keeps_logits_and_loss(workspace, monkeypatch, tmp_path, task):
     """finetune_glue.py --padding_free: examples are left unpadded and each batch is one packed row,

@@ -29,6 +29,7 @@ from transformers import (
 )
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
+from ...integration.architectures import packed_pooling_refusal
 from ...registry import resolve_method
 from ...utils.cpu_allocator import keep_freed_memory
 from ...utils.files import write_json
@@ -139,14 +140,22 @@ def check_run(training_args: TrainingArguments, stages: Sequence[str] = ("do_tra
         raise ValueError(f"--resume_from_checkpoint {resume!r}: no such folder")
 
 
-def check_padding_free(padding_free: bool, model_args: ModelArguments, config: PretrainedConfig) -> None:
+def check_padding_free(
+    padding_free: bool, model_args: ModelArguments, config: PretrainedConfig, sequence_head: bool = False
+) -> None:
     """``--padding_free`` needs this package's attention (``--attn_impl`` or the method saved in
-    ``config``), which keeps packed sequences apart."""
-    if padding_free and resolve_method(config, model_args.attn_impl) is None:
+    ``config``), which keeps packed sequences apart, and for a ``sequence_head`` (a sequence
+    classifier) a head that reads each sequence's first token."""
+    if not padding_free:
+        return
+    if resolve_method(config, model_args.attn_impl) is None:
         raise ValueError(
             "--padding_free needs an attention method of this package (--attn_impl, e.g. softmax or mra2): "
             "Transformers' own attention would let the packed sequences attend to each other"
         )
+    refusal = packed_pooling_refusal(config) if sequence_head else None
+    if refusal is not None:
+        raise ValueError(f"--padding_free: this model's {refusal}")
 
 
 def from_flag(load: Callable[..., Any], model_args: ModelArguments, flag: str, **kwargs: Any) -> Any:

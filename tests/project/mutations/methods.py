@@ -530,7 +530,7 @@ MUTATIONS: list[Mutation] = [
     ),
     Mutation(
         P + "tasks/common/driver.py",
-        "    if padding_free and resolve_method(config, model_args.attn_impl) is None:",
+        "    if resolve_method(config, model_args.attn_impl) is None:",
         "    if False:",
         (T + "integration/test_packing.py::-k needs_an_attention",),
         "--padding_free with Transformers' attention mixes sequences",
