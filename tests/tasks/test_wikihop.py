@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from datasets import Dataset
 from sklearn.metrics import accuracy_score
-from tiny import ARCHITECTURES
+from tiny import ARCHITECTURES, KINDS, default_tier
 from transformers import EvalPrediction, RobertaForMaskedLM
 from wikihop_fixtures import LONG, SHORT, real_or_skip, save_tiny_encoder, tiny_config, tokenizer, write_files
 
@@ -176,17 +176,31 @@ def test_packed_collator_puts_every_chunk_in_one_row():
 # ---- model, loss, metric -----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("model_type", ARCHITECTURES)
+#: The query and key (or fused query-key-value) projections of each architecture.
+QUERY_KEY_WEIGHTS = (
+    "query.weight",
+    "key.weight",
+    "q_lin.weight",
+    "k_lin.weight",
+    "q_proj.weight",
+    "k_proj.weight",
+    "qkv_proj.weight",
+    "Wqkv.weight",
+)
+
+
+@pytest.mark.parametrize("model_type", ARCHITECTURES + default_tier(*KINDS))
 def test_every_architecture_saves_and_reloads_as_itself(model_type, tmp_path):
-    """XxxForCandidateScoring for each supported encoder: the saved model reloads with its method and
-    gives the same scores and hidden states (MRA-2 with 1 of 3 blocks per row, query/key weights
-    scaled up so that attention is peaked: plain attention gives other hidden states)."""
+    """XxxForCandidateScoring for each supported encoder, the BERT family's and every architecture of
+    issue 55: the saved model reloads with its method and gives the same scores and hidden states
+    (MRA-2 with 1 of 3 blocks per row, query/key weights scaled up so that attention is peaked: plain
+    attention gives other hidden states)."""
     config = tiny.tiny_config(model_type)
     options = {"block_size": 16, "block_per_row": 1}
     model = AutoModelForCandidateScoring.from_config(config, attn_impl="mra2", attn_config=options).eval()
     with torch.no_grad():
         for name, parameter in model.named_parameters():
-            if name.endswith(("query.weight", "key.weight")):
+            if name.endswith(QUERY_KEY_WEIGHTS):
                 parameter.mul_(30)
     inputs = {
         "input_ids": torch.randint(5, tiny.VOCAB, (2, 3, 40)),
@@ -205,6 +219,32 @@ def test_every_architecture_saves_and_reloads_as_itself(model_type, tmp_path):
         torch.testing.assert_close(hidden, model.base_model(input_ids=chunk).last_hidden_state)
         exact = hea.unpatch_model(reloaded).base_model(input_ids=chunk).last_hidden_state
     assert (exact - hidden).abs().max() > 0.01
+
+
+def test_the_scorers_dropout_is_the_one_the_architectures_own_classifier_uses():
+    """Each architecture's sequence classifier (Transformers' own) as the reference for the scorer's
+    dropout: its head's dropout modules, those outside the encoder (none: no dropout)."""
+    from transformers import AutoModelForSequenceClassification
+
+    cases = [(a, {}) for a in ARCHITECTURES + list(tiny.DISPATCHING_ARCHITECTURES)]
+    cases += [("bert", {"classifier_dropout": 0.3}), ("albert", {"classifier_dropout_prob": 0.25})]
+    for model_type, overrides in cases:
+        config = tiny.tiny_config(model_type, num_labels=2, **overrides)
+        reference = AutoModelForSequenceClassification.from_config(config)
+        head = {m.p for name, m in reference.named_modules() if isinstance(m, torch.nn.Dropout)
+                and not name.startswith(reference.base_model_prefix + ".")}  # fmt: skip
+        scorer = AutoModelForCandidateScoring.from_config(config)
+        assert {scorer.dropout.p} == (head or {0.0}), (model_type, overrides)
+
+
+@pytest.mark.parametrize("model_type", ["deberta-v2", "gpt2"])
+def test_a_scorer_of_an_architecture_that_cannot_be_patched_is_refused(model_type):
+    """DeBERTa computes its own attention, GPT-2 is a decoder: refused with the reason, as patching them."""
+    from transformers import AutoConfig
+
+    config = AutoConfig.for_model(model_type, hidden_size=32, num_hidden_layers=1, num_attention_heads=4)
+    with pytest.raises(ValueError, match="computes its attention itself|decoder"):
+        AutoModelForCandidateScoring.from_config(config)
 
 
 def test_pretrained_encoder_weights_load_into_the_scorer(tmp_path):

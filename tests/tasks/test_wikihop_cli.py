@@ -13,6 +13,7 @@ import paths
 import pytest
 import torch
 from datasets import Dataset
+from tiny import KINDS
 from training_fixtures import TrainingSet, assert_summary_rate
 from transformers import AutoTokenizer
 from wikihop_fixtures import LONG, save_tiny_encoder, write_files
@@ -23,7 +24,7 @@ from hf_efficient_attn.tasks.wikihop.data import (
     ChunkEncoder,
 )
 from hf_efficient_attn.tasks.wikihop.finetune import WikiHopDataArguments, main
-from hf_efficient_attn.tasks.wikihop.heads import AutoModelForCandidateScoring, BertForCandidateScoring
+from hf_efficient_attn.tasks.wikihop.heads import AutoModelForCandidateScoring, candidate_scoring_class
 from hf_efficient_attn.tasks.wikihop.qangaroo import synthetic_examples, write_qangaroo_json
 
 # ---- tiny runs through the command line --------------------------------------------------------------
@@ -85,7 +86,7 @@ def test_tiny_run_writes_results_and_predictions_and_reloads(workspace, tmp_path
 
     # The saved model is the candidate scorer with its method and markers; it reproduces the predictions.
     model = AutoModelForCandidateScoring.from_pretrained(str(out)).eval()
-    assert isinstance(model, BertForCandidateScoring)
+    assert isinstance(model, candidate_scoring_class(model.config)) and type(model).__name__ == "BertForCandidateScoring"
     assert model.config.attn_impl == "mra2" and model.config.attn_config["block_size"] == 16
     tok = AutoTokenizer.from_pretrained(str(out))
     assert all(m in tok.get_vocab() for m in MARKERS) and model.get_input_embeddings().num_embeddings == len(tok)
@@ -271,10 +272,14 @@ def test_padding_free_packs_each_batch_and_keeps_logits_and_loss(workspace, monk
         run(workspace, tmp_path / "plain", "--do_train", "--padding_free")
 
 
-def test_padding_free_run_equals_the_padded_run(workspace, tmp_path):
+@pytest.mark.parametrize("model_type", ["bert", *(pytest.param(kind, marks=pytest.mark.slow) for kind in KINDS)])
+def test_padding_free_run_equals_the_padded_run(workspace, tmp_path, model_type):
     """Two steps of training and an evaluation, packed and padded (dropout off; 64-token chunks, so
-    2 chunks per example): the same training loss, evaluation loss and accuracy."""
-    model = save_tiny_encoder(str(tmp_path / "no-dropout"), hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    2 chunks per example): the same training loss, evaluation loss and accuracy; on BERT, and in the
+    slow tier on one architecture of each kind of issue 55 (learned positions, rotary, rotary with
+    windowed layers)."""
+    no_dropout = {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
+    model = save_tiny_encoder(str(tmp_path / "no-dropout"), model_type=model_type, **no_dropout)
     common = ["--do_train", "--do_eval", "--max_steps", "2", "--max_train_samples", "8", "--max_eval_samples", "4",
               "--model_name_or_path", model, "--max_seq_length", "64", "--attn_impl", "mra2"]  # fmt: skip
     padded = run(workspace, tmp_path / "padded", *common)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 
 import pytest
+import tiny
 import transformers as T
 
 from hf_efficient_attn.tasks.wikihop.qangaroo import (
@@ -46,10 +47,15 @@ def tiny_config(**overrides) -> T.BertConfig:
     return T.BertConfig(**{**common, **overrides})
 
 
-def save_tiny_encoder(path: str, seed: int = 0, **overrides) -> str:
-    """A randomly initialised tiny BertModel checkpoint and the MiniLM tokenizer at ``path``."""
+def save_tiny_encoder(path: str, seed: int = 0, model_type: str = "bert", **overrides) -> str:
+    """A randomly initialised tiny encoder checkpoint (BertModel, or the tests' tiny model of another
+    ``model_type``, with MiniLM's vocabulary and two token types) and the MiniLM tokenizer at ``path``."""
     T.set_seed(seed)
-    T.BertModel(tiny_config(**overrides), add_pooling_layer=False).save_pretrained(path)
+    if model_type == "bert":
+        T.BertModel(tiny_config(**overrides), add_pooling_layer=False).save_pretrained(path)
+    else:
+        config = tiny.tiny_config(model_type, vocab_size=len(tokenizer()), type_vocab_size=2, **overrides)
+        T.AutoModel.from_config(config).save_pretrained(path)
     tokenizer().save_pretrained(path)
     return path
 

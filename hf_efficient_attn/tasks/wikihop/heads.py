@@ -18,32 +18,20 @@ restored from the saved config.
 
 from __future__ import annotations
 
+import functools
+import inspect
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers import (
-    BertModel,
-    BertPreTrainedModel,
-    CamembertModel,
-    CamembertPreTrainedModel,
-    ElectraModel,
-    ElectraPreTrainedModel,
-    LongformerModel,
-    LongformerPreTrainedModel,
-    PretrainedConfig,
-    PreTrainedModel,
-    RobertaModel,
-    RobertaPreTrainedModel,
-    XLMRobertaModel,
-    XLMRobertaPreTrainedModel,
-)
+from transformers import MODEL_MAPPING, PretrainedConfig, PreTrainedModel
 from transformers.utils import ModelOutput
 
+from ...integration.architectures import dispatch_refusal
 from ...integration.auto import _EfficientAutoModel
-from ...integration.patching import efficient_class
+from ...integration.patching import EfficientModelMixin, efficient_class
 from ...integration.positions import max_tokens
 from ...integration.transformers_private import build_from_config
 
@@ -65,9 +53,10 @@ class CandidateScoringMixin:
 
     def __init__(self, config: PretrainedConfig) -> None:
         super().__init__(config)
-        pooling = {"add_pooling_layer": False} if self.encoder_class is not ElectraModel else {}  # ELECTRA has none
+        takes_pooling = "add_pooling_layer" in inspect.signature(self.encoder_class.__init__).parameters  # not ELECTRA's
+        pooling = {"add_pooling_layer": False} if takes_pooling else {}
         setattr(self, self.base_model_prefix, self.encoder_class(config, **pooling))
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.dropout = nn.Dropout(head_dropout(config))
         # No bias: a score shared by every candidate cancels in the softmax over candidates.
         self.candidate_scorer = nn.Linear(config.hidden_size, 1, bias=False)
         self.post_init()
@@ -205,42 +194,38 @@ class CandidateScoringMixin:
         return hidden[starts[:, None] + candidate_positions[example_of_chunk]]  # (n, candidates, hidden)
 
 
-class BertForCandidateScoring(CandidateScoringMixin, BertPreTrainedModel):
-    encoder_class = BertModel
+#: The config fields that set a classification head's dropout, in the order the architectures' own
+#: heads read them (ALBERT's and DistilBERT's own names; BERT's falls back to its hidden layers').
+HEAD_DROPOUT_FIELDS = ("classifier_dropout", "classifier_dropout_prob", "seq_classif_dropout", "hidden_dropout_prob")
 
 
-class RobertaForCandidateScoring(CandidateScoringMixin, RobertaPreTrainedModel):
-    encoder_class = RobertaModel
+def head_dropout(config: PretrainedConfig) -> float:
+    """The scorer's dropout, as the architecture's own sequence classifier sets its head's: the first
+    of ``HEAD_DROPOUT_FIELDS`` the config sets, else none (EuroBERT's head has none)."""
+    for name in HEAD_DROPOUT_FIELDS:
+        if getattr(config, name, None) is not None:
+            return getattr(config, name)
+    return 0.0
 
 
-class XLMRobertaForCandidateScoring(CandidateScoringMixin, XLMRobertaPreTrainedModel):
-    encoder_class = XLMRobertaModel
+def candidate_scoring_class(config: PretrainedConfig) -> type[PreTrainedModel]:
+    """``XxxForCandidateScoring`` of ``config``'s architecture: the mixin on the ``XxxPreTrainedModel``
+    of its encoder (``XxxModel``, Transformers' base model of the config), named after
+    it. ``ValueError`` for an architecture this package cannot patch."""
+    refusal = dispatch_refusal(config, getattr(config, "attn_impl", None) or "any")
+    if refusal is not None:
+        raise ValueError(refusal)
+    # An architecture that dispatches has a base model. Transformers' own class, not the patched subclass
+    # that transformers.AutoModel builds once this package is imported (auto.py).
+    encoder_class = next(c for c in MODEL_MAPPING[type(config)].__mro__ if not issubclass(c, EfficientModelMixin))
+    return _candidate_scoring_class(encoder_class)
 
 
-class ElectraForCandidateScoring(CandidateScoringMixin, ElectraPreTrainedModel):
-    encoder_class = ElectraModel
-
-
-class CamembertForCandidateScoring(CandidateScoringMixin, CamembertPreTrainedModel):
-    encoder_class = CamembertModel
-
-
-class LongformerForCandidateScoring(CandidateScoringMixin, LongformerPreTrainedModel):
-    encoder_class = LongformerModel
-
-
-#: config class -> candidate-scoring class (adding an architecture is one class and one entry).
-CANDIDATE_SCORING_CLASSES: dict[type[PretrainedConfig], type[PreTrainedModel]] = {
-    cls.config_class: cls
-    for cls in (
-        BertForCandidateScoring,
-        RobertaForCandidateScoring,
-        XLMRobertaForCandidateScoring,
-        ElectraForCandidateScoring,
-        CamembertForCandidateScoring,
-        LongformerForCandidateScoring,
-    )
-}
+@functools.cache
+def _candidate_scoring_class(encoder_class: type[PreTrainedModel]) -> type[PreTrainedModel]:
+    pretrained_class = next(c for c in encoder_class.__mro__[1:] if issubclass(c, PreTrainedModel))
+    name = encoder_class.__name__.removesuffix("Model") + "ForCandidateScoring"
+    return type(name, (CandidateScoringMixin, pretrained_class), {"encoder_class": encoder_class, "__module__": __name__})
 
 
 class _CandidateScoringLoader:
@@ -249,12 +234,7 @@ class _CandidateScoringLoader:
 
     @staticmethod
     def model_class(config: PretrainedConfig) -> type[PreTrainedModel]:
-        if type(config) not in CANDIDATE_SCORING_CLASSES:
-            raise ValueError(
-                f"no candidate-scoring model for model type {config.model_type!r}; supported: "
-                + ", ".join(sorted(c.model_type for c in CANDIDATE_SCORING_CLASSES))
-            )
-        return efficient_class(CANDIDATE_SCORING_CLASSES[type(config)])
+        return efficient_class(candidate_scoring_class(config))
 
     @classmethod
     def from_pretrained(cls, path: str, *args: Any, config: PretrainedConfig, **kwargs: Any) -> PreTrainedModel:

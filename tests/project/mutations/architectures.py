@@ -132,4 +132,32 @@ MUTATIONS = [
         (T + "tasks/test_glue_tasks.py::-k averages_each_row",),
         "finetune_glue.py --padding_free: the head's pooling not checked",
     ),
+    Mutation(
+        P + "tasks/wikihop/heads.py",
+        '        pooling = {"add_pooling_layer": False} if takes_pooling else {}',
+        "        pooling = {}",
+        (T + "tasks/test_wikihop.py::-k weights_load_into_the_scorer",),
+        "the candidate scorer builds a pooler it never uses (unused weights in every saved scorer)",
+    ),
+    Mutation(
+        P + "tasks/wikihop/heads.py",
+        'takes_pooling = "add_pooling_layer" in inspect.signature(self.encoder_class.__init__).parameters',
+        "takes_pooling = True",
+        (T + "tasks/test_wikihop.py::-k saves_and_reloads",),
+        "the candidate scorer of ELECTRA (whose encoder has no pooler) cannot be built",
+    ),
+    Mutation(
+        P + "tasks/wikihop/heads.py",
+        'HEAD_DROPOUT_FIELDS = ("classifier_dropout", "classifier_dropout_prob", "seq_classif_dropout", "hidden_dropout_prob")',
+        'HEAD_DROPOUT_FIELDS = ("hidden_dropout_prob",)',
+        (T + "tasks/test_wikihop.py::-k dropout_is_the_one",),
+        "the candidate scorer's dropout not the architecture's head's (DistilBERT, ModernBERT, ALBERT)",
+    ),
+    Mutation(
+        P + "tasks/wikihop/heads.py",
+        "    if refusal is not None:\n        raise ValueError(refusal)\n    # An architecture that dispatches",
+        "    if False:\n        raise ValueError(refusal)\n    # An architecture that dispatches",
+        (T + "tasks/test_wikihop.py::-k cannot_be_patched",),
+        "a candidate scorer built for DeBERTa or a decoder",
+    ),
 ]
