@@ -86,7 +86,7 @@ class EfficientModelMixin:
         if method is not None or getattr(config, "attn_impl", None) is not None:
             patch_model(self, method)
         else:  # nothing to run: a plain Transformers model, as unpatch_model leaves one
-            _set_class(self, _base_class(self))
+            _set_class(self, transformers_class(type(self)))
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -173,6 +173,14 @@ class EfficientModelMixin:
                 f"call hf_efficient_attn.extend_position_embeddings(model, max_length={tokens.shape[1]}) first"
             )
 
+    @classmethod
+    def is_custom_code(cls) -> bool:
+        """As the Transformers class this one subclasses (Transformers takes a class defined outside its
+        package for remote code): its checkpoint conversions apply, so a checkpoint in the architecture's
+        original layout (GTE's, NomicBERT's fused projections under the masked-LM model's prefix) loads
+        into the base model, and so does its initialisation."""
+        return transformers_class(cls).is_custom_code()
+
     def initialize_weights(self) -> None:
         """Transformers' initialisation, then the method modules' own: every method parameter or
         buffer that the checkpoint did not provide takes the value a freshly built method has
@@ -243,13 +251,21 @@ def __getattr__(name: str) -> type:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def _base_class(model: nn.Module) -> type:
-    cls = type(model)
-    return (
-        next(c for c in cls.__mro__[1:] if not issubclass(c, EfficientModelMixin))
-        if issubclass(cls, EfficientModelMixin)
-        else cls
-    )
+def transformers_class(model_class: type) -> type:
+    """The class ``model_class`` is the efficient subclass of (itself if it is none)."""
+    return next(c for c in model_class.__mro__ if not issubclass(c, EfficientModelMixin))
+
+
+def transformers_base_model_class(config: Any) -> type[PreTrainedModel]:
+    """Transformers' own base model class of ``config``'s architecture (``transformers.AutoModel``
+    builds this package's subclass of it once the package is imported, ``auto.py``)."""
+    return transformers_class(transformers.MODEL_MAPPING[type(config)])
+
+
+def takes_pooling_layer_keyword(model_class: type) -> bool:
+    """Whether the base model class builds a pooler on request (``add_pooling_layer``: BERT's); those
+    of ELECTRA, ModernBERT and others have no pooler and refuse the keyword."""
+    return "add_pooling_layer" in inspect.signature(model_class.__init__).parameters
 
 
 def _set_class(model: PreTrainedModel, cls: type) -> None:
@@ -354,7 +370,7 @@ def unpatch_model(model: PreTrainedModel, restore: str | dict | None = None) -> 
     restore = restore or getattr(model, _RESTORE_ATTRIBUTE, None) or "sdpa"
     del model.config.attn_impl, model.config.attn_config, model.config.attn_implementation
     delattr(model, _RESTORE_ATTRIBUTE)
-    _set_class(model, _base_class(model))
+    _set_class(model, transformers_class(type(model)))
     _dispatch(model, restore)
     return model
 

@@ -28,7 +28,8 @@ def inputs(model, length=60, real=41):
 def test_convert_pretrain_and_share(model_type, tmp_path):
     """convert_to_long.py stretches it with mra2, pretrain_mlm.py trains it (loss finite, folder
     reloads as itself), and the Hub upload folder (its card naming the architecture) loads in a process
-    without the plugin with the same outputs."""
+    without the plugin with the same outputs, as the masked-LM model and as the base model (GTE's
+    weights converted from its original layout, as Transformers' own class converts them)."""
     from hf_efficient_attn.tasks import convert
     from hf_efficient_attn.tasks.mlm import pretrain
 
@@ -52,8 +53,13 @@ def test_convert_pretrain_and_share(model_type, tmp_path):
                             base_model="someone/base", license="apache-2.0")  # fmt: skip
     card = (folder / "README.md").read_text()
     assert f"- {model_type}\n" in card and type(model).__name__ in card  # the card's tags and class name it
-    seen = load_without_plugin({"m": (folder, "AutoModelForMaskedLM", batch)}, tmp_path)["m"]
-    torch.testing.assert_close(seen["output"], expected, atol=1e-5, rtol=1e-4)
+    with torch.no_grad():
+        encoded = hea.AutoModel.from_pretrained(folder).eval()(**batch).last_hidden_state
+        torch.testing.assert_close(encoded, model.base_model(**batch).last_hidden_state)  # all its weights
+    jobs = {"m": (folder, "AutoModelForMaskedLM", batch), "base": (folder, "AutoModel", batch)}
+    seen = load_without_plugin(jobs, tmp_path)
+    torch.testing.assert_close(seen["m"]["output"], expected, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(seen["base"]["output"], encoded, atol=1e-5, rtol=1e-4)
 
 
 @pytest.mark.parametrize("model_type", KINDS)

@@ -178,6 +178,19 @@ def test_a_saved_variant_reloads_as_itself(model_type, tmp_path):
     assert SEQ < max_tokens(model.config)
 
 
+@pytest.mark.parametrize("model_type", default_tier(*KINDS))
+def test_a_masked_lm_checkpoint_loads_into_the_base_model_with_a_method(model_type, tmp_path):
+    """A masked-LM checkpoint as Transformers saves it (GTE's in its original layout: the masked-LM
+    prefix, fused projections) loads into the patched base model as into Transformers' own masked-LM
+    model: every weight (sentence-transformers and AutoModel load stretched masked-LM folders so)."""
+    T.set_seed(0)
+    T.AutoModelForMaskedLM.from_config(tiny_config(model_type)).save_pretrained(tmp_path)
+    expected = T.AutoModelForMaskedLM.from_pretrained(tmp_path).base_model.state_dict()
+    loaded = hea.AutoModel.from_pretrained(tmp_path, attn_impl="softmax").state_dict()
+    assert set(expected) <= set(loaded)
+    assert [key for key in expected if not torch.equal(loaded[key], expected[key])] == []
+
+
 @pytest.mark.parametrize("rope_scaling", [None, "linear"])
 def test_convert_to_long_stretches_rotary_positions_with_or_without_a_scaling(tmp_path, rope_scaling):
     """scripts/convert_to_long.py on a ModernBERT (rotary, windowed layers): the limit raised, the

@@ -11,7 +11,9 @@ import torch
 from safetensors.torch import load_file
 from test_mlm import run as run_mlm
 from test_mlm import workspace  # noqa: F401  (the MLM tests' fixture)
-from transformers import AutoTokenizer
+from tiny import DISPATCHING_ARCHITECTURES, KINDS, default_tier
+from training_fixtures import small_tokenizer, tiny_config
+from transformers import AutoModel, AutoTokenizer
 
 import hf_efficient_attn as hea
 from hf_efficient_attn.hub import push_variant
@@ -153,3 +155,39 @@ def test_a_folder_without_a_pipeline_stays_without_one(workspace, tmp_path):  # 
     *_, report = convert_to_long(workspace["model"], 256, "mra2", output_dir=str(tmp_path / "long"))
     assert report.sentence_pipeline is None and not (tmp_path / "long" / "modules.json").exists()
     assert not any("sentence-transformers" in line for line in report.lines())
+
+
+#: The pooling of the retrieval models built on the architectures of issue 55: GTE's [CLS], the mean of
+#: nomic-embed (NomicBERT), jina-embeddings-v3, ModernBERT-embed and the others.
+POOLING = {"gte": "cls"}
+
+
+@pytest.mark.parametrize("model_type", default_tier(*KINDS))
+def test_a_retrieval_pipeline_of_every_architecture_survives_stretching(model_type, tmp_path):
+    """A sentence encoder of each architecture of issue 55 as retrieval models ship one (its pooling, then
+    unit length; query and document prompts, a default prompt), stretched with mra2: the same modules,
+    pooling and prompts, the new max_seq_length, the same embeddings below the original length (where
+    mra2 is exact), and the stretched encoder runs mra2."""
+    from sentence_transformers.sentence_transformer import modules
+
+    folder = tmp_path / "encoder"
+    torch.manual_seed(0)
+    shape = {key: value for key, value in DISPATCHING_ARCHITECTURES[model_type].items() if key != "pad_token_id"}
+    AutoModel.from_config(tiny_config(model_type, max_positions=64, **shape)).save_pretrained(folder)  # the tokenizer's pad
+    small_tokenizer().save_pretrained(folder)
+    pooling = POOLING.get(model_type, "mean")
+    pipeline = [modules.Transformer(str(folder), max_seq_length=64), modules.Pooling(32, pooling_mode=pooling),
+                modules.Normalize()]  # fmt: skip
+    prompts = {"query": "search_query: ", "document": "search_document: "}
+    sentence_transformers.SentenceTransformer(modules=pipeline, prompts=prompts, default_prompt_name="query",
+                                              device="cpu").save(str(tmp_path / "short"))  # fmt: skip
+    convert_to_long(str(tmp_path / "short"), 256, "mra2", output_dir=str(tmp_path / "long"))
+    ours, original = encoder(tmp_path / "long"), encoder(tmp_path / "short")
+    assert [type(module).__name__ for module in ours] == ["Transformer", "Pooling", "Normalize"]
+    assert (ours.max_seq_length, ours.prompts, ours.default_prompt_name) == (256, prompts, "query")
+    assert ours[1].get_config_dict() == original[1].get_config_dict()
+    for prompt_name in prompts:
+        torch.testing.assert_close(ours.encode(SHORT, prompt_name=prompt_name, convert_to_tensor=True),
+                                   original.encode(SHORT, prompt_name=prompt_name, convert_to_tensor=True),
+                                   atol=1e-5, rtol=1e-5)  # fmt: skip
+    assert ours[0].auto_model.config.attn_impl == "mra2" and method_modules(ours[0].auto_model)

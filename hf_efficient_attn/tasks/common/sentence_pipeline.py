@@ -7,9 +7,9 @@ unit length where the original normalises).
 The pipeline is ``modules.json``, ``config_sentence_transformers.json``, ``sentence_bert_config.json``
 and the folder of each module after the Transformer (which is the model folder itself): files only,
 copied as they are, from a local folder or a Hub id, so that sentence-transformers is not needed to
-carry them. ``sentence_bert_config.json`` gets the new ``max_seq_length``, and tells sentence-transformers
-to build the encoder without BERT's pooler when the saved model has none (a masked-LM model): mean
-pooling does not use it.
+carry them. ``sentence_bert_config.json`` gets the new ``max_seq_length``, and, for an architecture whose
+base model builds a pooler on request (BERT's), tells sentence-transformers to build the encoder without
+it when the saved model has none (a masked-LM model): mean pooling does not use it.
 """
 
 from __future__ import annotations
@@ -84,11 +84,21 @@ def copy_pipeline(source: str, destination: str, max_seq_length: int | None = No
             settings = json.load(f)
     if max_seq_length is not None:
         settings["max_seq_length"] = max_seq_length
-    model_args = settings.setdefault("model_args", {})
-    model_args["add_pooling_layer"] = _saved_model_has_pooler(destination)
+    if _builds_pooler_on_request(destination):
+        settings.setdefault("model_args", {})["add_pooling_layer"] = _saved_model_has_pooler(destination)
     with open(os.path.join(destination, SETTINGS_FILE), "w") as f:
         json.dump(settings, f, indent=2)
     return [module["type"].rsplit(".", 1)[-1] for module in modules]
+
+
+def _builds_pooler_on_request(folder: str) -> bool:
+    """Whether the base model of the architecture saved in ``folder`` takes ``add_pooling_layer``
+    (BERT's does; ModernBERT's, ELECTRA's and others' have no pooler and refuse the keyword)."""
+    from transformers import AutoConfig
+
+    from ...integration.patching import takes_pooling_layer_keyword, transformers_base_model_class
+
+    return takes_pooling_layer_keyword(transformers_base_model_class(AutoConfig.from_pretrained(folder)))
 
 
 def _saved_model_has_pooler(folder: str) -> bool:

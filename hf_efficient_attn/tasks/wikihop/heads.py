@@ -19,19 +19,18 @@ restored from the saved config.
 from __future__ import annotations
 
 import functools
-import inspect
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers import MODEL_MAPPING, PretrainedConfig, PreTrainedModel
+from transformers import PretrainedConfig, PreTrainedModel
 from transformers.utils import ModelOutput
 
 from ...integration.architectures import dispatch_refusal
 from ...integration.auto import _EfficientAutoModel
-from ...integration.patching import EfficientModelMixin, efficient_class
+from ...integration.patching import efficient_class, takes_pooling_layer_keyword, transformers_base_model_class
 from ...integration.positions import max_tokens
 from ...integration.transformers_private import build_from_config
 
@@ -53,8 +52,7 @@ class CandidateScoringMixin:
 
     def __init__(self, config: PretrainedConfig) -> None:
         super().__init__(config)
-        takes_pooling = "add_pooling_layer" in inspect.signature(self.encoder_class.__init__).parameters  # not ELECTRA's
-        pooling = {"add_pooling_layer": False} if takes_pooling else {}
+        pooling = {"add_pooling_layer": False} if takes_pooling_layer_keyword(self.encoder_class) else {}
         setattr(self, self.base_model_prefix, self.encoder_class(config, **pooling))
         self.dropout = nn.Dropout(head_dropout(config))
         # No bias: a score shared by every candidate cancels in the softmax over candidates.
@@ -215,10 +213,7 @@ def candidate_scoring_class(config: PretrainedConfig) -> type[PreTrainedModel]:
     refusal = dispatch_refusal(config, getattr(config, "attn_impl", None) or "any")
     if refusal is not None:
         raise ValueError(refusal)
-    # An architecture that dispatches has a base model. Transformers' own class, not the patched subclass
-    # that transformers.AutoModel builds once this package is imported (auto.py).
-    encoder_class = next(c for c in MODEL_MAPPING[type(config)].__mro__ if not issubclass(c, EfficientModelMixin))
-    return _candidate_scoring_class(encoder_class)
+    return _candidate_scoring_class(transformers_base_model_class(config))  # one exists: the architecture dispatches
 
 
 @functools.cache

@@ -28,7 +28,7 @@ MUTATIONS: list[Mutation] = [
     ),
     Mutation(
         P + "integration/patching.py",
-        "            _set_class(self, _base_class(self))\n",
+        "            _set_class(self, transformers_class(type(self)))\n",
         "            pass\n",
         (T + "integration/test_plain_loading.py::-k drops_the_saved_method",),
         "a variant reloaded with attn_implementation='sdpa' stays an instance of the plugin's class",

@@ -356,8 +356,8 @@ MUTATIONS: list[Mutation] = [
     ),
     Mutation(
         P + "tasks/common/sentence_pipeline.py",
-        '    model_args["add_pooling_layer"] = _saved_model_has_pooler(destination)',
-        '    model_args["add_pooling_layer"] = True',
+        '["add_pooling_layer"] = _saved_model_has_pooler(destination)',
+        '["add_pooling_layer"] = True',
         (
             T + "tasks/test_sentence_pipeline.py::-k continued_pretraining",
             T + "tasks/test_quiet_loading.py::-k sentence_transformers",
