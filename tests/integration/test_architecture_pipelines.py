@@ -1,6 +1,6 @@
 """The pipelines on one architecture of each kind (issue 55): ALBERT (learned positions, one shared
-layer), GTE (rotary, full layers), ModernBERT (rotary, windowed layers). Slow: each case converts,
-trains, exports and loads in a fresh process."""
+layer), GTE (rotary, full layers), ModernBERT (rotary, windowed layers), in this process. Slow: what
+needs a fresh process (the upload folder loaded without the plugin) or an ONNX export (10-16 s each)."""
 
 import numpy as np
 import pytest
@@ -13,8 +13,6 @@ from training_fixtures import save_tiny_mlm, write_news_files
 import hf_efficient_attn as hea
 from hf_efficient_attn.hub import export_variant
 
-pytestmark = pytest.mark.slow
-
 
 def inputs(model, length=60, real=41):
     torch.manual_seed(1)
@@ -24,40 +22,61 @@ def inputs(model, length=60, real=41):
     return {"input_ids": ids, "attention_mask": mask}
 
 
-@pytest.mark.parametrize("model_type", KINDS)
-def test_convert_pretrain_and_share(model_type, tmp_path):
-    """convert_to_long.py stretches it with mra2, pretrain_mlm.py trains it (loss finite, folder
-    reloads as itself), and the Hub upload folder (its card naming the architecture) loads in a process
-    without the plugin with the same outputs, as the masked-LM model and as the base model (GTE's
-    weights converted from its original layout, as Transformers' own class converts them)."""
+@pytest.fixture(scope="module")
+def shared_variants(tmp_path_factory):
+    """Per kind, built on first use: convert_to_long.py stretches a tiny masked-LM model with mra2,
+    pretrain_mlm.py trains it, and its Hub upload folder is written; read-only for the tests."""
     from hf_efficient_attn.tasks import convert
     from hf_efficient_attn.tasks.mlm import pretrain
 
-    source = save_tiny_mlm(str(tmp_path / "short"), model_type, max_positions=64)
-    long = tmp_path / "long"
-    convert.main(["--model_name_or_path", source, "--max_length", "256", "--attn_impl", "mra2",
-                  "--attn_config", '{"block_per_row": 1}', "--output_dir", str(long)])  # fmt: skip
-    train, validation = write_news_files(str(tmp_path))
-    out = tmp_path / "mlm"
-    pretrain.main(["--model_name_or_path", str(long), "--train_file", train, "--validation_file", validation,
-                   "--max_seq_length", "128", "--per_device_train_batch_size", "2", "--max_steps", "3", "--do_train",
-                   "--output_dir", str(out), "--report_to", "none"])  # fmt: skip
-    model = T.AutoModelForMaskedLM.from_pretrained(out).eval()
+    built = {}
+
+    def variant(model_type):
+        if model_type not in built:
+            root = tmp_path_factory.mktemp(model_type)
+            source = save_tiny_mlm(str(root / "short"), model_type, max_positions=64)
+            convert.main(["--model_name_or_path", source, "--max_length", "256", "--attn_impl", "mra2",
+                          "--attn_config", '{"block_per_row": 1}', "--output_dir", str(root / "long")])  # fmt: skip
+            train, validation = write_news_files(str(root))
+            pretrain.main(["--model_name_or_path", str(root / "long"), "--train_file", train, "--validation_file",
+                           validation, "--max_seq_length", "128", "--per_device_train_batch_size", "2", "--max_steps",
+                           "3", "--do_train", "--output_dir", str(root / "mlm"), "--report_to", "none"])  # fmt: skip
+            model = T.AutoModelForMaskedLM.from_pretrained(root / "mlm").eval()
+            folder = export_variant(model, T.AutoTokenizer.from_pretrained(root / "mlm"), root / "hub",
+                                    repo_id="someone/x", base_model="someone/base", license="apache-2.0")  # fmt: skip
+            built[model_type] = model, folder, root
+        return built[model_type]
+
+    return variant
+
+
+@pytest.mark.parametrize("model_type", KINDS)
+def test_convert_pretrain_and_share(model_type, shared_variants):
+    """convert_to_long.py stretches it with mra2, pretrain_mlm.py trains it (loss finite, the folder
+    reloads as itself), and the Hub upload folder, its card naming the architecture, holds the base
+    model too (GTE's weights converted from its original layout, as Transformers' own class does)."""
+    model, folder, _ = shared_variants(model_type)
     assert model.config.attn_impl == "mra2" and model.config.max_position_embeddings >= 256
     batch = inputs(model, 200, 150)
     with torch.no_grad():
-        expected = model(**batch).logits
-    assert torch.isfinite(expected).all()
-
-    folder = export_variant(model, T.AutoTokenizer.from_pretrained(out), tmp_path / "hub", repo_id="someone/x",
-                            base_model="someone/base", license="apache-2.0")  # fmt: skip
-    card = (folder / "README.md").read_text()
-    assert f"- {model_type}\n" in card and type(model).__name__ in card  # the card's tags and class name it
-    with torch.no_grad():
+        assert torch.isfinite(model(**batch).logits).all()
         encoded = hea.AutoModel.from_pretrained(folder).eval()(**batch).last_hidden_state
         torch.testing.assert_close(encoded, model.base_model(**batch).last_hidden_state)  # all its weights
+    card = (folder / "README.md").read_text()
+    assert f"- {model_type}\n" in card and type(model).__name__ in card  # the card's tags and class name it
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model_type", KINDS)
+def test_the_upload_folder_loads_without_the_plugin(model_type, shared_variants):
+    """The Hub upload folder loads in a process without the plugin with the same outputs, as the
+    masked-LM model and as the base model."""
+    model, folder, root = shared_variants(model_type)
+    batch = inputs(model, 200, 150)
+    with torch.no_grad():
+        expected, encoded = model(**batch).logits, model.base_model(**batch).last_hidden_state
     jobs = {"m": (folder, "AutoModelForMaskedLM", batch), "base": (folder, "AutoModel", batch)}
-    seen = load_without_plugin(jobs, tmp_path)
+    seen = load_without_plugin(jobs, root)
     torch.testing.assert_close(seen["m"]["output"], expected, atol=1e-5, rtol=1e-4)
     torch.testing.assert_close(seen["base"]["output"], encoded, atol=1e-5, rtol=1e-4)
 
@@ -90,6 +109,7 @@ def test_lora_trains_and_reloads(model_type, tmp_path):
         torch.testing.assert_close(reloaded(**batch).logits, expected)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model_type", KINDS)
 def test_onnx_export_equals_pytorch(model_type, tmp_path):
     from hf_efficient_attn.serving import onnx as serving
@@ -129,10 +149,10 @@ def test_finetune_glue_predicts_what_the_saved_model_predicts(model_type, tmp_pa
     assert [int(label) for _, label in predictions_file(out / "predict_results_mrpc.txt")] == predicted
 
 
-@pytest.mark.parametrize("model_type", ["modernbert"])
+@pytest.mark.parametrize("model_type", KINDS)
 def test_compare_methods_trains_each_method_from_the_same_start(model_type, tmp_path, monkeypatch):
-    """compare_methods.py on a ModernBERT (rotary, windowed layers): softmax and mra2, each from the same
-    warmed weights, evaluated at every checkpoint (the stages run in this process)."""
+    """compare_methods.py: softmax and mra2, each from the same warmed weights, evaluated at every
+    checkpoint (the stages run in this process)."""
     from hf_efficient_attn.tasks.mlm import compare, compare_stage
     from hf_efficient_attn.tasks.mlm.compare_stage import START_WEIGHTS, read_json
 

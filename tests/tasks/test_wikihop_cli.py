@@ -272,12 +272,11 @@ def test_padding_free_packs_each_batch_and_keeps_logits_and_loss(workspace, monk
         run(workspace, tmp_path / "plain", "--do_train", "--padding_free")
 
 
-@pytest.mark.parametrize("model_type", ["bert", *(pytest.param(kind, marks=pytest.mark.slow) for kind in KINDS)])
+@pytest.mark.parametrize("model_type", ["bert", *KINDS])
 def test_padding_free_run_equals_the_padded_run(workspace, tmp_path, model_type):
     """Two steps of training and an evaluation, packed and padded (dropout off; 64-token chunks, so
-    2 chunks per example): the same training loss, evaluation loss and accuracy; on BERT, and in the
-    slow tier on one architecture of each kind of issue 55 (learned positions, rotary, rotary with
-    windowed layers)."""
+    2 chunks per example): the same training loss, evaluation loss and accuracy; on BERT and on one
+    architecture of each kind of issue 55 (learned positions, rotary, rotary with windowed layers)."""
     no_dropout = {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
     model = save_tiny_encoder(str(tmp_path / "no-dropout"), model_type=model_type, **no_dropout)
     common = ["--do_train", "--do_eval", "--max_steps", "2", "--max_train_samples", "8", "--max_eval_samples", "4",
