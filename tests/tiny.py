@@ -80,3 +80,9 @@ def batch():
 def hidden(model, ids, mask):
     with torch.no_grad():
         return model(input_ids=ids, attention_mask=mask).last_hidden_state
+
+
+def no_dropout(model_type: str) -> dict[str, float]:
+    """Config overrides that turn off every dropout of the architecture (each names its own)."""
+    names = [name for name, value in tiny_config(model_type).to_dict().items() if "dropout" in name and isinstance(value, float)]
+    return dict.fromkeys(names, 0.0)

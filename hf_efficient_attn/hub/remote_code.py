@@ -43,7 +43,7 @@ below: the Transformers model whose self-attention is replaced by ``config.attn_
 ``{example_source}``), copied at export with their package imports made relative.
 """
 
-from transformers import {base_classes}
+import transformers
 
 {method_imports}
 from .{patching_module} import EfficientModelMixin
@@ -169,11 +169,11 @@ def render_modeling_file(model: nn.Module) -> tuple[str, dict[str, str]]:
     config = model.config
     methods = _method_classes(model)
     base_classes = model_classes(config.model_type)
-    names = {cls: f"Efficient{cls}" for cls in dict.fromkeys(base_classes.values())}
-    classes = "".join(
-        f'\n\nclass {efficient}(EfficientModelMixin, {cls}):\n    """``{cls}`` with ``config.attn_impl`` self-attention."""\n'
-        for cls, efficient in names.items()
-    )
+    # Named as Transformers' classes, as the package's own efficient classes are: Transformers looks up an
+    # architecture's checkpoint conversions by class name (UltraBERT's masked-LM head is saved as `cls.`).
+    names = list(dict.fromkeys(base_classes.values()))
+    docstring = '    """``{}`` with ``config.attn_impl`` self-attention."""\n'
+    classes = "".join(f"\n\nclass {cls}(EfficientModelMixin, transformers.{cls}):\n" + docstring.format(cls) for cls in names)
     method_imports = "\n".join(
         f'from .{shipped_module_name(m.__module__)} import {m.__name__}  # noqa: F401  (registers "{m.name}")' for m in methods
     )
@@ -184,12 +184,11 @@ def render_modeling_file(model: nn.Module) -> tuple[str, dict[str, str]]:
         version=__version__,
         example_file=f"``{shipped_module_name(example)}.py``",
         example_source=_source_file(example).relative_to(_source_file(PACKAGE).parents[1]).as_posix(),
-        base_classes=", ".join(names),
         method_imports=method_imports,
         patching_module=shipped_module_name(EfficientModelMixin.__module__),
         classes=classes,
     )
-    auto_map = {auto: f"{MODELING_MODULE}.{names[cls]}" for auto, cls in base_classes.items()}
+    auto_map = {auto: f"{MODELING_MODULE}.{cls}" for auto, cls in base_classes.items()}
     return source, auto_map
 
 

@@ -26,8 +26,8 @@ def test_folder_has_config_weights_tokenizer_card_and_code(hub_variants, case):
     folder, author = shared_case.folder, shared_case.author
     config = json.loads((folder / "config.json").read_text())
     assert config["attn_impl"] == author.config.attn_impl and config["attn_config"] == author.config.attn_config
-    assert config["auto_map"][shared_case.auto_class].startswith("modeling_efficient_attn.Efficient")
-    assert config["auto_map"]["AutoModel"] == f"modeling_efficient_attn.Efficient{type(author.base_model).__name__}"
+    assert config["auto_map"][shared_case.auto_class] == f"modeling_efficient_attn.{type(shared_case.author).__name__}"
+    assert config["auto_map"]["AutoModel"] == f"modeling_efficient_attn.{type(author.base_model).__name__}"
     assert (folder / "model.safetensors").is_file() and (folder / "README.md").is_file()
     original = tokenizer_for(config["model_type"])
     assert T.AutoTokenizer.from_pretrained(folder)(TEXT)["input_ids"] == original(TEXT)["input_ids"]

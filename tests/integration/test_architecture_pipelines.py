@@ -1,13 +1,14 @@
-"""The pipelines on one architecture of each kind (issue 55): ALBERT (learned positions, one shared
-layer), GTE (rotary, full layers), ModernBERT (rotary, windowed layers), in this process. Slow: what
-needs a fresh process (the upload folder loaded without the plugin) or an ONNX export (10-16 s each)."""
+"""The pipelines on every architecture of issue 55, in this process; in the default tier on one of each
+kind: ALBERT (learned positions, one shared layer), GTE (rotary, full layers), ModernBERT (rotary,
+windowed layers). Slow only: what needs a fresh process (the upload folder loaded without the plugin)
+or an ONNX export (10-16 s each)."""
 
 import numpy as np
 import pytest
 import torch
 import transformers as T
 from hub_fixtures import load_without_plugin
-from tiny import KINDS
+from tiny import KINDS, default_tier
 from training_fixtures import save_tiny_mlm, write_news_files
 
 import hf_efficient_attn as hea
@@ -50,7 +51,7 @@ def shared_variants(tmp_path_factory):
     return variant
 
 
-@pytest.mark.parametrize("model_type", KINDS)
+@pytest.mark.parametrize("model_type", default_tier(*KINDS))
 def test_convert_pretrain_and_share(model_type, shared_variants):
     """convert_to_long.py stretches it with mra2, pretrain_mlm.py trains it (loss finite, the folder
     reloads as itself), and the Hub upload folder, its card naming the architecture, holds the base
@@ -67,7 +68,7 @@ def test_convert_pretrain_and_share(model_type, shared_variants):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("model_type", KINDS)
+@pytest.mark.parametrize("model_type", default_tier(*KINDS))
 def test_the_upload_folder_loads_without_the_plugin(model_type, shared_variants):
     """The Hub upload folder loads in a process without the plugin with the same outputs, as the
     masked-LM model and as the base model."""
@@ -81,16 +82,21 @@ def test_the_upload_folder_loads_without_the_plugin(model_type, shared_variants)
     torch.testing.assert_close(seen["base"]["output"], encoded, atol=1e-5, rtol=1e-4)
 
 
-@pytest.mark.parametrize("model_type", KINDS)
+@pytest.mark.parametrize("model_type", default_tier(*KINDS))
 def test_lora_trains_and_reloads(model_type, tmp_path):
-    """PEFT LoRA on every linear layer of a patched classifier: a step changes the outputs, the saved
-    adapter reloads onto a fresh copy of the base with the same outputs."""
-    from peft import LoraConfig, PeftModel, get_peft_model
+    """PEFT LoRA (the scripts' --peft lora, its default targets) on a patched classifier: a step changes
+    the outputs, the saved adapter reloads onto a fresh copy of the base with the same outputs."""
+    from peft import PeftModel
+
+    from hf_efficient_attn.tasks.common.adapters import PeftArguments, apply_lora
 
     source = save_tiny_mlm(str(tmp_path / "base"), model_type)
     torch.manual_seed(0)
     base = hea.AutoModelForSequenceClassification.from_pretrained(source, attn_impl="mra2", num_labels=2)
-    lora = get_peft_model(base, LoraConfig(task_type="SEQ_CLS", target_modules="all-linear", r=4, init_lora_weights=False))
+    lora = apply_lora(base, PeftArguments(peft="lora", lora_r=4), task_type="SEQ_CLS")
+    for name, parameter in lora.named_parameters():
+        if "lora_B" in name:
+            torch.nn.init.normal_(parameter)  # LoRA starts at B = 0: no change to see
     batch = inputs(base)
     with torch.no_grad():
         before = lora.eval()(**batch).logits
@@ -110,7 +116,7 @@ def test_lora_trains_and_reloads(model_type, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("model_type", KINDS)
+@pytest.mark.parametrize("model_type", default_tier(*KINDS))
 def test_onnx_export_equals_pytorch(model_type, tmp_path):
     from hf_efficient_attn.serving import onnx as serving
 
@@ -122,15 +128,16 @@ def test_onnx_export_equals_pytorch(model_type, tmp_path):
         assert np.isfinite(list(validation.max_abs_diff.values())).all() and validation.passed, validation
 
 
-@pytest.mark.parametrize("model_type", KINDS)
+@pytest.mark.parametrize("model_type", default_tier(*KINDS))
 def test_finetune_glue_predicts_what_the_saved_model_predicts(model_type, tmp_path):
     """finetune_glue.py on MRPC (pairs of real sentences) with mra2: it trains and evaluates, and its
     submission file holds the saved model's own predictions."""
     from glue_fixtures import write_task_files
     from glue_runs import SEQ, predictions_file, read_rows, run
 
-    # GTE's config has one token type; the small BERT tokenizer gives a pair's second sentence type 1.
-    types = {"type_vocab_size": 2} if model_type == "gte" else {}
+    # GTE's and jina-v3's configs have one token type; the small BERT tokenizer gives a pair's second
+    # sentence type 1 (their own tokenizers give no token types).
+    types = {"type_vocab_size": 2} if model_type in ("gte", "jina_embeddings_v3") else {}
     workspace = {
         "model": save_tiny_mlm(str(tmp_path / "tiny"), model_type, **types),
         "files": {"mrpc": write_task_files(str(tmp_path / "mrpc"), "mrpc")},
@@ -149,7 +156,7 @@ def test_finetune_glue_predicts_what_the_saved_model_predicts(model_type, tmp_pa
     assert [int(label) for _, label in predictions_file(out / "predict_results_mrpc.txt")] == predicted
 
 
-@pytest.mark.parametrize("model_type", KINDS)
+@pytest.mark.parametrize("model_type", default_tier(*KINDS))
 def test_compare_methods_trains_each_method_from_the_same_start(model_type, tmp_path, monkeypatch):
     """compare_methods.py: softmax and mra2, each from the same warmed weights, evaluated at every
     checkpoint (the stages run in this process)."""

@@ -316,6 +316,8 @@ ADVICE_TESTS = {
     + "test_texts_file_format_advice",
     P + "serving/onnx.py::export_folder: give a new or empty folder": HUB + "test_export_into_a_folder_that_is_not_empty_advice",
     # the training scripts
+    P + "tasks/common/adapters.py::apply_lora: give --lora_target_modules": "tests/tasks/test_glue.py::"
+    "test_lora_targets_the_attention_projections_by_default",
     P + "tasks/common/args.py::DataArguments.__post_init__: give a dataset: --dataset_name NAME, or --train_file / "
     "--validation_file": CLI + "test_no_dataset_advice",
     P + "tasks/common/args.py::DataArguments.__post_init__: give one of them": CLI + "test_dataset_flags_that_contradict_advice",

@@ -164,6 +164,7 @@ DEFAULT_TESTS: dict[str, dict[str, str]] = {
         "task_name with no --train_file": "tests/tasks/test_glue.py::"
         "test_predict_only_from_a_fine_tuned_folder_writes_the_label_names",
         "peft": TEST_DEFAULTS_TRAINING + "test_glue_without_peft_fine_tunes_every_weight",
+        "lora_target_modules": "tests/tasks/test_glue.py::test_lora_targets_the_attention_projections_by_default",
     },
     "finetune_wikihop": {
         "attn_impl": ATTN_IMPL,

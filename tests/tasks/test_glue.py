@@ -267,6 +267,31 @@ def test_lora_keeps_the_method_and_trains_its_parameters():
                    PeftArguments(peft="lora", lora_target_modules=["q_proj"]), task_type="SEQ_CLS")  # fmt: skip
 
 
+@pytest.mark.parametrize(("model_type", "targets"), [("bert", ["query", "value"]), ("distilbert", ["q_lin", "v_lin"]),
+                                                     ("gte", ["q_proj", "v_proj"]), ("modernbert", ["Wqkv"])])  # fmt: skip
+def test_lora_targets_the_attention_projections_by_default(model_type, targets, monkeypatch):
+    """Without --lora_target_modules, LoRA adapts the query and value projections of every attention
+    layer, whatever the architecture names them, or its fused projection (ModernBERT's Wqkv). An
+    architecture with neither asks for the flag; given, it is used."""
+    from peft.tuners.lora import LoraLayer
+    from tiny import tiny_config
+
+    from hf_efficient_attn.tasks.common import adapters
+
+    def model():
+        return hea.AutoModelForSequenceClassification.from_config(tiny_config(model_type, num_labels=2), attn_impl="mra2")
+
+    tuned = apply_lora(model(), PeftArguments(peft="lora"), task_type="SEQ_CLS")
+    adapted = sorted(name.rsplit(".", 1)[-1] for name, m in tuned.named_modules() if isinstance(m, LoraLayer))
+    assert adapted == sorted(targets * tuned.config.num_hidden_layers)
+    monkeypatch.setattr(adapters, "QUERY_VALUE_PROJECTIONS", ())
+    monkeypatch.setattr(adapters, "FUSED_PROJECTIONS", ())
+    with pytest.raises(ValueError, match="found no query and value projections to adapt: give --lora_target_modules"):
+        apply_lora(model(), PeftArguments(peft="lora"), task_type="SEQ_CLS")
+    tuned = apply_lora(model(), PeftArguments(peft="lora", lora_target_modules=targets), task_type="SEQ_CLS")
+    assert any(isinstance(m, LoraLayer) for m in tuned.modules())
+
+
 def test_peft_arguments_are_checked():
     """Each limit at its boundary: --lora_dropout 0 (no dropout) is accepted, 1 and below 0 refused."""
     with pytest.raises(ValueError, match="--peft 'ia3': unknown; allowed: lora"):

@@ -13,7 +13,7 @@ import paths
 import pytest
 import torch
 from datasets import Dataset
-from tiny import KINDS
+from tiny import KINDS, default_tier, no_dropout
 from training_fixtures import TrainingSet, assert_summary_rate
 from transformers import AutoTokenizer
 from wikihop_fixtures import LONG, save_tiny_encoder, write_files
@@ -272,13 +272,12 @@ def test_padding_free_packs_each_batch_and_keeps_logits_and_loss(workspace, monk
         run(workspace, tmp_path / "plain", "--do_train", "--padding_free")
 
 
-@pytest.mark.parametrize("model_type", ["bert", *KINDS])
+@pytest.mark.parametrize("model_type", ["bert", "roberta", *default_tier(*KINDS)])
 def test_padding_free_run_equals_the_padded_run(workspace, tmp_path, model_type):
     """Two steps of training and an evaluation, packed and padded (dropout off; 64-token chunks, so
-    2 chunks per example): the same training loss, evaluation loss and accuracy; on BERT and on one
-    architecture of each kind of issue 55 (learned positions, rotary, rotary with windowed layers)."""
-    no_dropout = {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
-    model = save_tiny_encoder(str(tmp_path / "no-dropout"), model_type=model_type, **no_dropout)
+    2 chunks per example): the same training loss, evaluation loss and accuracy; on BERT and every
+    architecture of issue 55 (one of each kind in the default tier)."""
+    model = save_tiny_encoder(str(tmp_path / "no-dropout"), model_type=model_type, **no_dropout(model_type))
     common = ["--do_train", "--do_eval", "--max_steps", "2", "--max_train_samples", "8", "--max_eval_samples", "4",
               "--model_name_or_path", model, "--max_seq_length", "64", "--attn_impl", "mra2"]  # fmt: skip
     padded = run(workspace, tmp_path / "padded", *common)

@@ -49,12 +49,15 @@ def tiny_config(**overrides) -> T.BertConfig:
 
 def save_tiny_encoder(path: str, seed: int = 0, model_type: str = "bert", **overrides) -> str:
     """A randomly initialised tiny encoder checkpoint (BertModel, or the tests' tiny model of another
-    ``model_type``, with MiniLM's vocabulary and two token types) and the MiniLM tokenizer at ``path``."""
+    ``model_type``, with MiniLM's vocabulary, padding and two token types) and the MiniLM tokenizer at
+    ``path``. (Trainer sets the config's padding to the tokenizer's: a RoBERTa-family model built with
+    another would change its positions, which start after the padding id, on the way.)"""
     T.set_seed(seed)
     if model_type == "bert":
         T.BertModel(tiny_config(**overrides), add_pooling_layer=False).save_pretrained(path)
     else:
-        config = tiny.tiny_config(model_type, vocab_size=len(tokenizer()), type_vocab_size=2, **overrides)
+        tok = tokenizer()
+        config = tiny.tiny_config(model_type, vocab_size=len(tok), type_vocab_size=2, pad_token_id=tok.pad_token_id, **overrides)
         T.AutoModel.from_config(config).save_pretrained(path)
     tokenizer().save_pretrained(path)
     return path

@@ -226,10 +226,24 @@ MUTATIONS: list[Mutation] = [
     ),
     Mutation(
         P + "tasks/common/adapters.py",
-        "target_modules=list(args.lora_target_modules),",
-        'target_modules=["query", "value"],',
+        "    targets = args.lora_target_modules or attention_projections(model)",
+        "    targets = attention_projections(model)",
         (T + "project/test_flags_data.py::-k lora_flags",),
         "--lora_target_modules ignored",
+    ),
+    Mutation(
+        P + "tasks/common/adapters.py",
+        "[n for n in QUERY_VALUE_PROJECTIONS if n in names] or [n for n in FUSED_PROJECTIONS if n in names]",
+        "[n for n in QUERY_VALUE_PROJECTIONS if n in names]",
+        (T + "tasks/test_glue.py::-k attention_projections_by_default",),
+        "--peft lora without --lora_target_modules fails on ModernBERT (its fused Wqkv not found)",
+    ),
+    Mutation(
+        P + "tasks/common/adapters.py",
+        'QUERY_VALUE_PROJECTIONS = ("query", "value", "q_proj", "v_proj", "q_lin", "v_lin")',
+        'QUERY_VALUE_PROJECTIONS = ("query", "value")',
+        (T + "tasks/test_glue.py::-k attention_projections_by_default",),
+        "--peft lora's default targets miss GTE's and DistilBERT's query and value projections",
     ),
     Mutation(
         P + "tasks/wikihop/finetune.py",
