@@ -118,14 +118,26 @@ def test_lora_trains_and_reloads(model_type, tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("model_type", default_tier(*KINDS))
 def test_onnx_export_equals_pytorch(model_type, tmp_path):
-    from hf_efficient_attn.serving import onnx as serving
+    """export_onnx.py's export folder: ONNX Runtime equals PyTorch at the length exported and another
+    (the export's own checks), and encode_onnx.py's embeddings (the mean of the real tokens) equal the
+    PyTorch model's."""
+    from hf_efficient_attn.serving.encoding import encode
+    from hf_efficient_attn.serving.onnx import export_folder
 
     source = save_tiny_mlm(str(tmp_path / "base"), model_type)
     model = hea.AutoModel.from_pretrained(source, attn_impl="mra2", attn_config={"block_per_row": 1}).eval()
-    serving.export_onnx(model, tmp_path / "model.onnx", seq_len=64)
-    for length in (64, 100):  # the length exported, and another
-        validation = serving.validate(model, tmp_path / "model.onnx", length)
-        assert np.isfinite(list(validation.max_abs_diff.values())).all() and validation.passed, validation
+    model.save_pretrained(tmp_path / "variant")
+    tokenizer = T.AutoTokenizer.from_pretrained(source)
+    tokenizer.save_pretrained(tmp_path / "variant")
+    checks = export_folder(str(tmp_path / "variant"), tmp_path / "onnx", seq_len=64, check_lengths=[100])
+    assert all(check.passed for check in checks) and len(checks) == 2
+    texts = ["A short text.", "A longer text of several words, " * 6]
+    encoded = tokenizer(texts, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        hidden = model(**encoded).last_hidden_state
+    mask = encoded["attention_mask"][..., None].to(hidden.dtype)
+    expected = (hidden * mask).sum(1) / mask.sum(1)
+    np.testing.assert_allclose(encode(tmp_path / "onnx", texts), expected.numpy(), atol=1e-4, rtol=1e-4)
 
 
 @pytest.mark.parametrize("model_type", default_tier(*KINDS))
