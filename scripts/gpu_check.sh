@@ -195,7 +195,7 @@ import traceback
 import torch
 import torch._dynamo
 import torch._inductor.config as inductor_config
-from hf_efficient_attn.methods import block_pairs, mra
+from hf_efficient_attn.methods.mra import low_resolution, pairs, selection
 from hf_efficient_attn.methods.base import AttentionShape
 from hf_efficient_attn.registry import build_method
 
@@ -205,20 +205,20 @@ mask = torch.ones(2, n, dtype=torch.bool, device="cuda")
 mask[1, 3000:] = False
 q, k, v = (torch.randn(2, heads, n, dim, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
 blocks = [t.detach().float().unflatten(2, (-1, 32)) for t in (q, k, v)]
-stats = mra.block_stats(*blocks, mask, dim**-0.5)
-selected = mra.select_blocks(stats.logits, stats.counts, 4)
+stats = selection.block_stats(*blocks, mask, dim**-0.5)
+selected = selection.select_blocks(stats.logits, stats.counts, 4)
 methods = {b: build_method("mra2", {"backend": b}, AttentionShape(heads, dim, max_seq_len=n)).cuda()
            for b in ("pairs", "gather")}
 parts = {
     "method pairs forward": lambda: methods["pairs"](q.detach(), k.detach(), v.detach(), mask),
     "method pairs train": lambda: methods["pairs"](q, k, v, mask).float().sum().backward(),
     "method gather train": lambda: methods["gather"](q, k, v, mask).float().sum().backward(),
-    "block_stats": lambda: mra.block_stats(*blocks, mask, dim**-0.5),
-    "select_blocks": lambda: mra.select_blocks(stats.logits, stats.counts, 4),
-    "low_resolution train": lambda: sum(t.sum() for t in mra.low_resolution_attention(
-        mra.BlockStats(stats.counts, *(t.clone().requires_grad_() for t in stats[1:4]), stats.logits), selected,
+    "block_stats": lambda: selection.block_stats(*blocks, mask, dim**-0.5),
+    "select_blocks": lambda: selection.select_blocks(stats.logits, stats.counts, 4),
+    "low_resolution train": lambda: sum(t.sum() for t in low_resolution.low_resolution_attention(
+        selection.BlockStats(stats.counts, *(t.clone().requires_grad_() for t in stats[1:4]), stats.logits), selected,
         dim**-0.5)).backward(),
-    "pair_attention train": lambda: block_pairs.pair_attention(
+    "pair_attention train": lambda: pairs.pair_attention(
         *(t.to(torch.bfloat16).requires_grad_() for t in blocks), selected, dim**-0.5, mask,
         max_pairs=4 * n // 32).float().sum().backward(),
 }

@@ -44,7 +44,7 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "device: runs on the --device given (tensors created there by default)")
     if config.getoption("--device") == "cpu":
         # MRA-2's triton backend runs its kernels through Triton's interpreter (numpy) here; Triton reads
-        # the variable when the kernels are defined, on the backend's first use (methods/mra_triton.py).
+        # the variable when the kernels are defined, on the backend's first use (methods/mra/triton.py).
         os.environ.setdefault("TRITON_INTERPRET", "1")
 
 

@@ -1,4 +1,4 @@
-"""Compile MRA-2's Triton kernels (``methods/mra_triton_kernels.py``) for an NVIDIA GPU on a machine
+"""Compile MRA-2's Triton kernels (``methods/mra/triton_kernels.py``) for an NVIDIA GPU on a machine
 without one, and report each kernel's resources (registers, spills, shared memory) and its work: the
 floating-point operations it must do and the fewest bytes it must move (each input read once, each
 output written once), the "two numbers" a measured time is compared with (docs/gpu.md). It checks
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from ..methods import mra_triton
+from ..methods.mra import triton as triton_backend
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 #: Triton's names of the element types the kernels' pointers point to.
@@ -71,7 +71,7 @@ LAUNCH_OPTIONS = ("num_warps", "num_stages", "enable_fp_fusion")
 def recorded_launches(dtype: torch.dtype, length: int, heads: int, head_dim: int, block_size: int) -> list[tuple]:
     """(kernel, positional arguments, keyword arguments) of every launch of one ``mra2`` forward and
     backward (batch 1, the last block padded, priors on), on meta tensors (nothing runs)."""
-    from ..methods import mra_triton_kernels as kernels
+    from ..methods.mra import triton_kernels as kernels
 
     launches = []
     patched = [getattr(kernels, name) for name in dir(kernels) if name.endswith("_kernel")]
@@ -82,9 +82,9 @@ def recorded_launches(dtype: torch.dtype, length: int, heads: int, head_dim: int
             q, k, v = (torch.empty(1, length, heads, head_dim, dtype=dtype).transpose(1, 2) for _ in range(3))
             mask = torch.ones(1, length, dtype=torch.bool)
             options = (head_dim**-0.5, block_size, BLOCK_PER_ROW, 1, 5, True)
-            out, lse, means, counts, bitmaps = mra_triton.launch_forward(q, k, v, mask, *options)
+            out, lse, means, counts, bitmaps = triton_backend.launch_forward(q, k, v, mask, *options)
             saved = (out, lse, means, counts, bitmaps, *options[:2], True)
-            mra_triton.launch_backward(torch.empty_like(out), q, k, v, mask, *saved)
+            triton_backend.launch_backward(torch.empty_like(out), q, k, v, mask, *saved)
     finally:
         for kernel in patched:
             del kernel.run
@@ -142,7 +142,7 @@ def main(argv: list[str] | None = None) -> None:
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    if mra_triton.kernels_interpreted():
+    if triton_backend.kernels_interpreted():
         parser.error("TRITON_INTERPRET=1 is set: unset it, the kernels must be compiled")
     target = GPUTarget("cuda", args.arch, 32)
     dtype = DTYPES[args.dtype]

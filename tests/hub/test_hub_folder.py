@@ -90,7 +90,7 @@ def test_methods_ship_with_the_method_modules_they_import(hub_variants):
         "hea_methods_skeinformer",
         "hea_methods_softmax",
     }
-    assert not (hub_variants["method-skeinformer"].folder / "hea_methods_mra.py").exists()
+    assert not (hub_variants["method-skeinformer"].folder / "hea_methods_mra_method.py").exists()
 
 
 def test_flatten_imports_rewrites_every_package_import_and_nothing_else():

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from hf_efficient_attn.methods import block_pairs, block_sparse, mra
 from hf_efficient_attn.methods.base import AttentionShape
+from hf_efficient_attn.methods.mra import gather, low_resolution, pairs, selection
+from hf_efficient_attn.methods.mra import method as mra_method
 from hf_efficient_attn.methods.softmax import softmax_reference
 from hf_efficient_attn.registry import MethodChoice, build_method
 
@@ -153,22 +154,22 @@ def test_error_decreases_as_the_budget_grows():
 def test_select_blocks_budget_padding_and_priors():
     counts = torch.tensor([[32, 32, 32, 32, 32, 32], [32, 32, 5, 0, 0, 0]])
     logits = torch.randn(2, 3, 6, 6)
-    selected = mra.select_blocks(logits, counts, block_per_row=2)
+    selected = selection.select_blocks(logits, counts, block_per_row=2)
     assert selected.sum((-1, -2)).tolist() == [[12] * 3, [6] * 3]  # 2 x real query blocks
     assert not selected[1, :, 3:].any() and not selected[1, :, :, 3:].any()  # padded blocks
     best = logits.argmax(-1)  # every real query block keeps its best key block
     assert selected[0].gather(-1, best[0, ..., None]).all()
     assert selected[1, :, :3].gather(-1, logits[1, :, :3, :3].argmax(-1, keepdim=True)).all()
     # Priors (a diagonal band of 3 blocks) are taken first, even against the scores.
-    diag = mra.select_blocks(-logits.abs() - 100 * torch.eye(6), counts, block_per_row=3, diagonal_n=3)
+    diag = selection.select_blocks(-logits.abs() - 100 * torch.eye(6), counts, block_per_row=3, diagonal_n=3)
     band = (torch.arange(6)[:, None] - torch.arange(6)[None, :]).abs() <= 1
     assert diag[0, :, band].all()
     # The budget caps at all real pairs.
-    assert mra.select_blocks(logits, counts, block_per_row=6)[1, :, :3, :3].all()
+    assert selection.select_blocks(logits, counts, block_per_row=6)[1, :, :3, :3].all()
     # A sequence of padding only selects nothing, whatever the other sequences' budgets.
-    assert not mra.select_blocks(logits, torch.stack([counts[0], torch.zeros(6, dtype=torch.long)]), 2)[1].any()
+    assert not selection.select_blocks(logits, torch.stack([counts[0], torch.zeros(6, dtype=torch.long)]), 2)[1].any()
     # Ties at the cut go to the lowest (query block, key block) index: all scores equal here.
-    tied = mra.select_blocks(torch.zeros(2, 1, 6, 6), counts, block_per_row=1)
+    tied = selection.select_blocks(torch.zeros(2, 1, 6, 6), counts, block_per_row=1)
     assert tied[0, 0, 0].all() and tied[0, 0].sum() == 6
     assert tied[1, 0, 0, :3].all() and tied[1, 0].sum() == 3
 
@@ -197,13 +198,13 @@ def test_prior_selection_follows_the_reference_implementation():
     logits[0, : heads // 2, [0, 0, 1], [0, 1, 0]] -= 50.0  # multi-set pairs scored lowest in half the heads
     q, k = qkv(batch=1, heads=heads, seq=512, dim=64)[:2]
     blocks = [t.unflatten(2, (-1, BS)) for t in (q, k)]
-    stats = mra.block_stats(*blocks, blocks[1], torch.ones(1, 512, dtype=torch.bool), 64**-0.5)
+    stats = selection.block_stats(*blocks, blocks[1], torch.ones(1, 512, dtype=torch.bool), 64**-0.5)
     ref_logits = reference.get_low_resolution_logit(q[0], k[0], BS)[0]
     torch.testing.assert_close(stats.logits[0], ref_logits)  # the block logits agree too
     counts = torch.full((1, nb), BS)
     for block_logits in (logits, stats.logits):
         for first_n, diagonal_n in [(1, 3), (2, 5), (0, 3), (1, 0), (0, 0)]:
-            ours = mra.select_blocks(block_logits, counts, 4, first_n, diagonal_n)
+            ours = selection.select_blocks(block_logits, counts, 4, first_n, diagonal_n)
             normalized = block_logits[0] - block_logits[0].amax(-1, keepdim=True)
             indices, _ = reference.get_block_idxes(normalized.clone(), 64, "sparse", first_n, diagonal_n)
             expected = torch.zeros(heads, nb * nb, dtype=torch.bool).scatter_(1, indices, True)
@@ -274,7 +275,7 @@ def test_half_precision_forward_and_backward_match_fp32(name, dtype, tol, backen
 def test_low_resolution_function_and_its_backward_match_autograd_through_the_formula(slice_elements, monkeypatch):
     """The low-resolution part (recomputed in the backward, a few heads at a time) against autograd
     through the plain formula: softmax over the kept blocks of q~ k~^T * scaling + log c."""
-    monkeypatch.setattr(mra, "LOW_RESOLUTION_SLICE_ELEMENTS", slice_elements)
+    monkeypatch.setattr(low_resolution, "LOW_RESOLUTION_SLICE_ELEMENTS", slice_elements)
     batch, heads, nb, dim, scaling = 2, 3, 5, 4, 0.5
     means = [torch.randn(batch, heads, nb, dim, dtype=torch.float64, requires_grad=True) for _ in range(3)]
     counts = torch.tensor([[32, 32, 32, 32, 32], [32, 32, 7, 0, 0]])
@@ -286,7 +287,7 @@ def test_low_resolution_function_and_its_backward_match_autograd_through_the_for
         torch.randn(batch, heads, nb, dtype=torch.float64),
     )
     logits = (means[0] @ means[1].transpose(-1, -2) * scaling).detach()
-    out, lse = mra.LowResolutionAttention.apply(*means, logits, log_counts, dropped, scaling)
+    out, lse = low_resolution.LowResolutionAttention.apply(*means, logits, log_counts, dropped, scaling)
     ours = [out, lse, *torch.autograd.grad((out * grad_out).sum() + (lse * grad_lse).sum(), means)]
 
     scores = (means[0] @ means[1].transpose(-1, -2) * scaling + log_counts).masked_fill(dropped, -math.inf)
@@ -303,7 +304,7 @@ def test_low_resolution_function_and_its_backward_match_autograd_through_the_for
 
 
 def block_sparse_on_sequences(
-    q, k, v, selected, bs, scaling, key_real, extra_value, extra_score, kernel=block_sparse.block_sparse_attention
+    q, k, v, selected, bs, scaling, key_real, extra_value, extra_score, kernel=gather.block_sparse_attention
 ):
     """``kernel`` (block_sparse_attention or pair_attention) on (B, H, N, D) tensors (it takes and
     returns blocks)."""
@@ -365,19 +366,19 @@ def check_against_dense_reference(kernel, extra):
 @pytest.mark.parametrize("extra", [True, False], ids=["extra-key", "selected-only"])
 @pytest.mark.parametrize("chunk_blocks", [1, 5, 4096])
 def test_block_sparse_attention_and_its_backward_match_autograd_through_a_dense_reference(extra, chunk_blocks, monkeypatch):
-    for device_type in block_sparse.CHUNK_BLOCKS:
-        monkeypatch.setitem(block_sparse.CHUNK_BLOCKS, device_type, chunk_blocks)
-    check_against_dense_reference(block_sparse.block_sparse_attention, extra)
+    for device_type in gather.CHUNK_BLOCKS:
+        monkeypatch.setitem(gather.CHUNK_BLOCKS, device_type, chunk_blocks)
+    check_against_dense_reference(gather.block_sparse_attention, extra)
 
 
 @pytest.mark.parametrize("extra", [True, False], ids=["extra-key", "selected-only"])
 @pytest.mark.parametrize("slice_elements", [1, 2**26], ids=["a-head-per-slice", "all-heads"])
 def test_pair_attention_and_its_backward_match_autograd_through_a_dense_reference(extra, slice_elements, monkeypatch):
-    monkeypatch.setattr(block_pairs, "PAIR_SLICE_ELEMENTS", slice_elements)
-    check_against_dense_reference(block_pairs.pair_attention, extra)
+    monkeypatch.setattr(pairs, "PAIR_SLICE_ELEMENTS", slice_elements)
+    check_against_dense_reference(pairs.pair_attention, extra)
 
 
-@pytest.mark.parametrize("kernel", [block_sparse.block_sparse_attention, block_pairs.pair_attention], ids=["gather", "pairs"])
+@pytest.mark.parametrize("kernel", [gather.block_sparse_attention, pairs.pair_attention], ids=["gather", "pairs"])
 def test_nothing_selected_with_padded_keys_gives_the_extra_key_alone(kernel):
     """No block pair selected anywhere, padded keys present: each row is its extra key's value (0
     without one), and no gradient reaches q, k, v."""
@@ -393,7 +394,7 @@ def test_nothing_selected_with_padded_keys_gives_the_extra_key_alone(kernel):
     assert all(g is None or not g.any() for g in grads)
 
 
-@pytest.mark.parametrize("kernel", [block_sparse.block_sparse_attention, block_pairs.pair_attention], ids=["gather", "pairs"])
+@pytest.mark.parametrize("kernel", [gather.block_sparse_attention, pairs.pair_attention], ids=["gather", "pairs"])
 def test_block_sparse_attention_gradcheck(kernel, device):
     q, k, v, selected, bs, scaling, key_real, extra_value, extra_score = block_sparse_case(
         True, batch=2, heads=1, bs=3, nb=4, dim=2
@@ -410,22 +411,21 @@ def test_block_sparse_attention_gradcheck(kernel, device):
 
 
 def test_a_second_copy_of_the_module_keeps_its_own_operators():
-    """Remote code ships a copy of block_sparse.py beside a model (hub/remote_code.py), imported
+    """Remote code ships a copy of gather.py beside a model (hub/remote_code.py), imported
     under another name in a process that may hold the package too, and possibly from another
     version. Registering its custom operators must not replace the package's (a second
     registration under the same name silently would): here the copy's kernel is altered."""
     q, k, v, selected, bs, scaling, key_real, extra_value, extra_score = block_sparse_case(True)
     blocks = [t.unflatten(2, (-1, bs)) for t in (q, k, v)]
     args = (*blocks, selected, scaling, key_real, extra_value, extra_score)
-    expected = block_sparse.block_sparse_attention(*args)
-    source = Path(block_sparse.__file__).read_text()
+    expected = gather.block_sparse_attention(*args)
+    source = Path(gather.__file__).read_text()
     returned = "    return out.view(shape), lse.view(shape[:-1])"
     altered = source.replace(returned, returned.replace("return out", "return 2 * out"))
     assert altered != source
-    altered = altered.replace("from .block_pairs import", "from hf_efficient_attn.methods.block_pairs import")
-    copy = types.ModuleType("shipped_model.hea_methods_block_sparse")
-    exec(compile(altered, "hea_methods_block_sparse.py", "exec"), copy.__dict__)
-    torch.testing.assert_close(block_sparse.block_sparse_attention(*args), expected, atol=0, rtol=0)
+    copy = types.ModuleType("shipped_model.hea_methods_mra_gather")
+    exec(compile(altered, "hea_methods_mra_gather.py", "exec"), copy.__dict__)
+    torch.testing.assert_close(gather.block_sparse_attention(*args), expected, atol=0, rtol=0)
     torch.testing.assert_close(copy.block_sparse_attention(*args), 2 * expected, atol=0, rtol=0)
 
 
@@ -474,15 +474,15 @@ def test_auto_runs_triton_then_pairs_on_cuda_and_gather_elsewhere(monkeypatch, d
     def refuse(*args, **kwargs):
         raise AssertionError("backend='auto' ran FlexAttention")
 
-    monkeypatch.setattr(mra, "flex_mra_attention", refuse)
+    monkeypatch.setattr(mra_method, "flex_mra_attention", refuse)
     ran = []
     for kernel in ("triton_mra_attention", "pair_attention", "block_sparse_attention"):
 
-        def recorded(*args, _kernel=kernel, _original=getattr(mra, kernel), **kwargs):
+        def recorded(*args, _kernel=kernel, _original=getattr(mra_method, kernel), **kwargs):
             ran.append(_kernel)
             return _original(*args, **kwargs)
 
-        monkeypatch.setattr(mra, kernel, recorded)
+        monkeypatch.setattr(mra_method, kernel, recorded)
     q, k, v = qkv(seq=1024, dtype=torch.float32)
     with torch.no_grad():
         make("mra2", backend="auto")(q, k, v)
@@ -501,13 +501,13 @@ def test_auto_runs_triton_then_pairs_on_cuda_and_gather_elsewhere(monkeypatch, d
 
 
 def test_auto_takes_the_first_backend_that_can_run_and_lists_every_reason_when_none_can(monkeypatch, device):
-    *first, last = mra.AUTO_ORDER.get(device.type, mra.DEFAULT_AUTO_ORDER)
+    *first, last = mra_method.AUTO_ORDER.get(device.type, mra_method.DEFAULT_AUTO_ORDER)
     method = make("mra2", backend="auto")
     q, k, v = qkv(seq=64, dtype=torch.float32)
     for backend in first:
-        monkeypatch.setitem(mra.BACKEND_PROBLEMS, backend, lambda *args, _name=backend: f"cannot ({_name})")
+        monkeypatch.setitem(mra_method.BACKEND_PROBLEMS, backend, lambda *args, _name=backend: f"cannot ({_name})")
     assert method._choose_backend(q, k, v) == last
-    monkeypatch.setitem(mra.BACKEND_PROBLEMS, last, lambda *args: "cannot either")
+    monkeypatch.setitem(mra_method.BACKEND_PROBLEMS, last, lambda *args: "cannot either")
     reasons = "; ".join(
         [f"backend='{backend}' cannot \\({backend}\\)" for backend in first] + [f"backend='{last}' cannot either"]
     )
@@ -582,6 +582,6 @@ def test_flex_forward_and_backward_match_gather_on_cuda(name, dtype, tolerance, 
         out = make(name, backend=backend, **options)(*tensors, mask)
         out.backward(grad_out.to(out.dtype))
         results.append([real_rows(out.float(), mask)] + [t.grad.float() for t in tensors])
-    for flex, gather in zip(*results):
+    for flex, gathered in zip(*results):
         assert torch.isfinite(flex).all()
-        assert (flex - gather).norm() / gather.norm() < tolerance
+        assert (flex - gathered).norm() / gathered.norm() < tolerance

@@ -11,8 +11,9 @@ from tiny import tiny_config
 from torch.export import Dim
 
 import hf_efficient_attn as hea
-from hf_efficient_attn.methods import block_pairs, block_sparse, mra
 from hf_efficient_attn.methods.base import AttentionShape
+from hf_efficient_attn.methods.mra import gather, pairs
+from hf_efficient_attn.methods.mra import method as mra_method
 from hf_efficient_attn.registry import MethodChoice, build_method
 
 METHODS = ["mra2", "mra2_s"]
@@ -32,8 +33,8 @@ def test_static_formulation_equals_the_kernel(extra, tight):
     q, k, v, selected, bs, scaling, key_real, extra_value, extra_score = block_sparse_case(extra)
     blocks = [t.unflatten(2, (-1, bs)) for t in (q, k, v)]
     max_pairs = int(selected.flatten(2).sum(-1).max()) if tight else None
-    expected = block_sparse.block_sparse_attention(*blocks, selected, scaling, key_real, extra_value, extra_score)
-    static = block_pairs.pair_attention(*blocks, selected, scaling, key_real, extra_value, extra_score, max_pairs)
+    expected = gather.block_sparse_attention(*blocks, selected, scaling, key_real, extra_value, extra_score)
+    static = pairs.pair_attention(*blocks, selected, scaling, key_real, extra_value, extra_score, max_pairs)
     torch.testing.assert_close(static, expected, atol=1e-12, rtol=1e-10)
 
 
@@ -59,8 +60,8 @@ def test_method_takes_the_same_values_when_exporting(name, inputs, monkeypatch):
         pair_lists.append((max_pairs, q.shape[2]))  # (max_pairs, nb)
         return static(q, *args, max_pairs=max_pairs)
 
-    static = block_pairs.pair_attention
-    monkeypatch.setattr(mra, "pair_attention", static_formulation)
+    static = pairs.pair_attention
+    monkeypatch.setattr(mra_method, "pair_attention", static_formulation)
     torch.testing.assert_close(method(q, k, v, mask), eager, atol=1e-12, rtol=1e-10)
     assert pair_lists, "the exported method did not run the static formulation"
     # The pair list holds block_per_row x nb pairs (the largest budget), O(n), not all nb^2 pairs.

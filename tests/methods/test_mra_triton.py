@@ -1,4 +1,4 @@
-"""MRA-2's ``triton`` backend (methods/mra_triton.py): the same function as the ``pairs`` backend and
+"""MRA-2's ``triton`` backend (methods/mra/triton.py): the same function as the ``pairs`` backend and
 the dense formula, forward and every gradient, with padding, lengths that are not a multiple of the
 block, priors, ties and query blocks without an exact block; half precision within the tolerances
 docs/methods/mra.md states; one graph under torch.compile; its launches per call.
@@ -19,8 +19,10 @@ from test_mra import dense_mra_reference, real_rows
 from tiny import tiny_config
 
 import hf_efficient_attn as hea
-from hf_efficient_attn.methods import mra, mra_triton
 from hf_efficient_attn.methods.base import AttentionShape
+from hf_efficient_attn.methods.mra import method as mra_method
+from hf_efficient_attn.methods.mra import selection
+from hf_efficient_attn.methods.mra import triton as triton_backend
 from hf_efficient_attn.methods.softmax import softmax_reference
 from hf_efficient_attn.registry import MethodChoice, build_method
 
@@ -69,8 +71,8 @@ def reference_selection(q, k, mask, scaling, block_per_row, first_n=0, diagonal_
     real = torch.nn.functional.pad(mask, (0, nb * BS - mask.shape[1]))
     q, k = (torch.nn.functional.pad(t, (0, 0, 0, nb * BS - t.shape[2])).masked_fill(~real[:, None, :, None], 0) for t in (q, k))
     q, k = (t.unflatten(2, (nb, BS)) for t in (q, k))
-    stats = mra.block_stats(q, k, k, real, scaling)
-    return mra.select_blocks(stats.logits, stats.counts, block_per_row, first_n, diagonal_n), stats
+    stats = selection.block_stats(q, k, k, real, scaling)
+    return selection.select_blocks(stats.logits, stats.counts, block_per_row, first_n, diagonal_n), stats
 
 
 def bitmap_pairs(bitmap):
@@ -173,7 +175,7 @@ def test_selection_bitmaps_equal_select_blocks_ties_included(options):
     mask[2] = False
     q, k, v = (t.masked_fill(~mask[:, None, :, None], 0) for t in (q, k, v))
     choice = [options.get(key, 0) for key in ("initial_prior_first_n_blocks", "initial_prior_diagonal_n_blocks")]
-    _, _, _, counts, bitmaps = mra_triton.mra_forward(q, k, v, mask, scaling, BS, options["block_per_row"], *choice, False)
+    _, _, _, counts, bitmaps = triton_backend.mra_forward(q, k, v, mask, scaling, BS, options["block_per_row"], *choice, False)
     expected, stats = reference_selection(q, k, mask, scaling, options["block_per_row"], *choice)
     assert stats.logits.unique().numel() < stats.logits.numel() // 4  # many ties
     assert torch.equal(counts, stats.counts.int())
@@ -233,7 +235,7 @@ def test_kernel_launches_per_call(name, forward, backward, monkeypatch):
     """The forward launches the means, selection-key, bitmap, (low-resolution) and exact kernels once
     each (besides one torch.topk and the bitmaps' zeroing), the backward the preprocess,
     (low-resolution) and exact backward kernels once each, whatever the length."""
-    from hf_efficient_attn.methods import mra_triton_kernels as kernels
+    from hf_efficient_attn.methods.mra import triton_kernels as kernels
 
     launches = []
     for kernel_name in [n for n in dir(kernels) if n.endswith("_kernel")]:
@@ -260,7 +262,7 @@ def test_unsupported_inputs_are_refused_with_the_reason(monkeypatch, device):
     with pytest.raises(ValueError, match=r"backend='triton' supports head sizes up to 256, got 320"):
         make("mra2", dim=320)(*(torch.randn(1, 2, 64, 320) for _ in range(3)))
     if device.type == "cpu":
-        monkeypatch.setattr(mra_triton, "kernels_interpreted", lambda: False)
+        monkeypatch.setattr(triton_backend, "kernels_interpreted", lambda: False)
         with pytest.raises(ValueError, match=r"backend='triton' runs on CUDA \(on cpu only under Triton's interpreter"):
             make("mra2")(q, k, v)
 
@@ -269,14 +271,16 @@ def test_the_size_limits_refuse_one_past_what_the_kernels_index(monkeypatch):
     """The selection keys hold the pair index x * nb + y in PAIR_BITS bits, so nb blocks fit while
     nb² <= 2**PAIR_BITS; batch x heads is the launch grid's second axis (CUDA allows 65535). Exactly
     the most of each is accepted, one more refused (meta tensors: only the check runs)."""
-    monkeypatch.setattr(mra_triton, "kernels_interpreted", lambda: True)
-    options = mra.MraOptions(block_size=16)
+    from hf_efficient_attn.methods.mra import triton_kernels as kernels
+
+    monkeypatch.setattr(triton_backend, "kernels_interpreted", lambda: True)
+    options = mra_method.MraOptions(block_size=16)
 
     def reason(batch_heads: int, length: int) -> str | None:
         q = torch.empty(batch_heads, 1, length, 16, device="meta")
-        return mra_triton.triton_unavailable(q, q, q, options)
+        return triton_backend.triton_unavailable(q, q, q, options)
 
-    most_blocks = math.isqrt(2**mra_triton.PAIR_BITS)
+    most_blocks = math.isqrt(2**kernels.PAIR_BITS)
     assert reason(1, most_blocks * 16) is None
     one_more = reason(1, most_blocks * 16 + 1)
     assert re.fullmatch(rf"supports up to {most_blocks} blocks .*got {most_blocks * 16 + 1} tokens", one_more)
@@ -288,22 +292,24 @@ def test_head_sizes_dtypes_and_int32_offsets_are_checked_at_their_limits(monkeyp
     """Head sizes up to MAX_HEAD_DIM; k and v of q's head size and dtype (the kernels size v's tiles and the
     output by q's); offsets that fit int32: a sequence of tokens x heads x head size below 2**31 (the
     output's layout, (B, N, H, D)). Meta tensors: only the check runs."""
-    monkeypatch.setattr(mra_triton, "kernels_interpreted", lambda: True)
-    options = mra.MraOptions(block_size=128)
+    from hf_efficient_attn.methods.mra import triton_kernels as kernels
+
+    monkeypatch.setattr(triton_backend, "kernels_interpreted", lambda: True)
+    options = mra_method.MraOptions(block_size=128)
 
     def reason(length=64, heads=1, dim=16, v_dim=None, v_dtype=torch.float32):
         q = torch.empty(1, heads, length, dim, device="meta")
         v = torch.empty(1, heads, length, v_dim or dim, device="meta", dtype=v_dtype)
-        return mra_triton.triton_unavailable(q, q, v, options)
+        return triton_backend.triton_unavailable(q, q, v, options)
 
     assert reason(dim=256) is None
     assert reason(dim=257) == "supports head sizes up to 256, got 257"
-    assert mra_triton.triton_unavailable(*[torch.empty(1, 1, 64, 16, device="meta")] * 3, mra.MraOptions(block_size=256)) == (
-        "needs block_size in [16, 32, 64, 128] (Triton's matrix tiles), got 256"
-    )  # 128 above: the largest accepted
+    assert triton_backend.triton_unavailable(
+        *[torch.empty(1, 1, 64, 16, device="meta")] * 3, mra_method.MraOptions(block_size=256)
+    ) == ("needs block_size in [16, 32, 64, 128] (Triton's matrix tiles), got 256")  # 128 above: the largest accepted
     assert reason(v_dim=32) == "needs k's and v's head size equal to q's (16), got 16 and 32"
     assert reason(v_dtype=torch.bfloat16) == "needs q, k and v of one dtype, got torch.float32, torch.float32 and torch.bfloat16"
-    longest = mra_triton.MAX_BLOCKS * 128  # 2**20 tokens: with 8 heads of 256, 2**31 offsets
+    longest = kernels.MAX_BLOCKS * 128  # 2**20 tokens: with 8 heads of 256, 2**31 offsets
     assert reason(longest - 128, heads=8, dim=256) is None
     assert reason(longest, heads=8, dim=256).startswith("supports inputs whose offsets fit int32")
 

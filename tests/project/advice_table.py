@@ -290,10 +290,10 @@ ADVICE_TESTS = {
     P + "methods/base.py::AttentionMethod.draw_bits: use shorter inputs": API + "test_eval_draws_beyond_the_table_advice",
     P + "methods/linformer.py::Linformer.attend: use inputs of at most {} tokens": API
     + "test_linformer_longer_than_its_projections_advice",
-    P + "methods/mra_flex.py::flex_unavailable: run under torch.no_grad()": API + "test_flex_backward_on_cpu_no_grad_advice",
-    P + "methods/mra_flex.py::flex_unavailable: use backend='gather'": API + "test_flex_block_size_on_cuda_advice",
-    P + "methods/mra_flex.py::flex_unavailable: use backend='gather' or 'auto'": API + "test_flex_backward_on_cpu_advice",
-    P + "methods/mra_triton.py::triton_unavailable: pip install triton": PIP + "[triton]",
+    P + "methods/mra/flex.py::flex_unavailable: run under torch.no_grad()": API + "test_flex_backward_on_cpu_no_grad_advice",
+    P + "methods/mra/flex.py::flex_unavailable: use backend='gather'": API + "test_flex_block_size_on_cuda_advice",
+    P + "methods/mra/flex.py::flex_unavailable: use backend='gather' or 'auto'": API + "test_flex_backward_on_cpu_advice",
+    P + "methods/mra/triton.py::triton_unavailable: pip install triton": PIP + "[triton]",
     P + "registry.py::_float_mask_advice: pass mask == 0": "tests/methods/test_functional.py::"
     "test_a_float_mask_is_refused_and_the_advice_for_its_form_gives_the_right_output",
     P + "registry.py::_float_mask_advice: pass mask.bool()": "tests/methods/test_functional.py::"

@@ -292,13 +292,13 @@ def missing_matplotlib():
 
 
 def missing_triton():
-    from hf_efficient_attn.methods import mra_triton
+    from hf_efficient_attn.methods.mra import triton as triton_backend
 
-    mra_triton._triton_installed.cache_clear()
+    triton_backend._triton_installed.cache_clear()
     try:
-        raise ValueError(mra_triton.triton_unavailable(*[torch.zeros(1, 1, 16, 16)] * 3, None))
+        raise ValueError(triton_backend.triton_unavailable(*[torch.zeros(1, 1, 16, 16)] * 3, None))
     finally:
-        mra_triton._triton_installed.cache_clear()
+        triton_backend._triton_installed.cache_clear()
 
 
 def missing_onnxruntime():

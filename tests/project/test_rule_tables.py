@@ -70,5 +70,5 @@ def test_advice_built_before_the_raise_is_found():
     return, through a name), the flex backend's (a dict of functions, appended to a list, joined)."""
     found = advising_messages()
     assert "hf_efficient_attn/registry.py::_float_mask_advice: pass mask.bool()" in found
-    assert "hf_efficient_attn/methods/mra_flex.py::flex_unavailable: use backend='gather' or 'auto'" in found
-    assert "hf_efficient_attn/methods/mra_triton.py::triton_unavailable: pip install triton" in found
+    assert "hf_efficient_attn/methods/mra/flex.py::flex_unavailable: use backend='gather' or 'auto'" in found
+    assert "hf_efficient_attn/methods/mra/triton.py::triton_unavailable: pip install triton" in found

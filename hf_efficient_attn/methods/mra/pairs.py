@@ -1,18 +1,18 @@
 """Block-sparse softmax attention over a fixed-length list of (query block, key block) pairs.
 
-The same attention as :mod:`.block_sparse` (MRA-2's exact part, Alg. 2 at resolution 1, with the
+The same attention as :mod:`.gather` (MRA-2's exact part, Alg. 2 at resolution 1, with the
 low-resolution part as one extra key per query block), formulated with static shapes only: each
 (batch, head) lists ``max_pairs`` pairs (its selected pairs first, then padding of the list), every
 pair's scores are one batched matmul, and the softmax of a query row over its pairs is a segment
 reduction (``scatter_reduce`` amax for the row maximum, ``index_add`` for the sums). A few dozen
 operators per call whatever the selection, no value read on the host and no data-dependent shape:
 
-- on CUDA it is one launch per step (:mod:`.block_sparse` groups query blocks by their number of
+- on CUDA it is one launch per step (:mod:`.gather` groups query blocks by their number of
   selected blocks and launches a few kernels per group: launch-bound there, docs/gpu.md);
 - exported programs (``torch.export``, ONNX) and compiled graphs trace it as it is.
 
 Training keeps only the output and the per-row log-sum-exp and recomputes the pairs' scores in the
-backward (flash attention's scheme), like :mod:`.block_sparse`. The pairs of at most
+backward (flash attention's scheme), like :mod:`.gather`. The pairs of at most
 ``PAIR_SLICE_ELEMENTS`` gathered elements are processed at once (slices of whole heads; traced
 graphs take all heads at once, a slice count would tie the graph to the shape)."""
 
@@ -23,7 +23,7 @@ import math
 import torch
 from torch.autograd.function import once_differentiable
 
-from .base import is_tracing
+from ..base import is_tracing
 
 #: Gathered query/key/value elements per slice of heads (2**26: 256 MiB per gathered tensor in fp32).
 PAIR_SLICE_ELEMENTS = 2**26
@@ -225,7 +225,7 @@ def pair_attention(
     extra_score: torch.Tensor | None = None,
     max_pairs: int | None = None,
 ) -> torch.Tensor:
-    """:func:`.block_sparse.block_sparse_attention` (same arguments and result) over a list of
+    """:func:`.gather.block_sparse_attention` (same arguments and result) over a list of
     ``max_pairs`` pairs per (batch, head) (None: all nb * nb); every head must select at most that many."""
     nb = q.shape[2]
     max_pairs = nb * nb if max_pairs is None else max_pairs

@@ -1,5 +1,5 @@
 """The Triton kernels of MRA-2's ``triton`` backend (Zeng et al., "Multi Resolution Analysis (MRA) for
-Approximate Self-Attention", ICML 2022); :mod:`.mra_triton` launches them and says what each
+Approximate Self-Attention", ICML 2022); :mod:`.triton` launches them and says what each
 computes. Imported only when the backend runs (it imports Triton).
 
 Written to what Triton 3.6 (the GPU machines) and 3.9 (here) both run, compiled and interpreted
@@ -16,14 +16,17 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .mra_triton import PAIR_BITS as _PAIR_BITS
+#: Low bits of a selection key that hold the pair index x * nb + y (reversed, for the tie rule).
+PAIR_BITS = 26
+#: Blocks per sequence the selection keys can index (nb² pairs in PAIR_BITS bits).
+MAX_BLOCKS = 2 ** (PAIR_BITS // 2)
 
 # A selection key, from its highest bits: prior sets (2 bits), the order-preserving score (32 bits),
 # the pair index x * nb + y reversed (PAIR_BITS bits, all ones minus the index). Kernels read module
 # constants only as constexprs (Triton 3.x).
-PAIR_MASK = tl.constexpr((1 << _PAIR_BITS) - 1)
-SCORE_SHIFT = tl.constexpr(_PAIR_BITS)
-PRIOR_SHIFT = tl.constexpr(_PAIR_BITS + 32)
+PAIR_MASK = tl.constexpr((1 << PAIR_BITS) - 1)
+SCORE_SHIFT = tl.constexpr(PAIR_BITS)
+PRIOR_SHIFT = tl.constexpr(PAIR_BITS + 32)
 
 
 @triton.jit

@@ -1,6 +1,6 @@
 """MRA-2's ``triton`` backend: the whole attention call of ``mra2`` / ``mra2_s`` (block means,
 selection, low-resolution and exact parts) and its backward in a few fused Triton kernels
-(:mod:`.mra_triton_kernels`), behind two custom operators, so that ``torch.compile`` traces a model
+(:mod:`.triton_kernels`), behind two custom operators, so that ``torch.compile`` traces a model
 in one graph and runs them as opaque calls. The same function as the ``gather`` and ``pairs``
 backends (docs/methods/mra.md), computed without host reads or data-dependent shapes:
 
@@ -18,7 +18,7 @@ backends (docs/methods/mra.md), computed without host reads or data-dependent sh
 
 Supported: CUDA (elsewhere only under Triton's interpreter, ``TRITON_INTERPRET=1``, how the tests run
 it on CPU), fp32 / fp16 / bf16, ``block_size`` in :data:`BLOCK_SIZES`, head size up to
-:data:`MAX_HEAD_DIM`, at most :data:`MAX_BLOCKS` blocks; :func:`triton_unavailable` says why not.
+:data:`MAX_HEAD_DIM`, at most :data:`.triton_kernels.MAX_BLOCKS` blocks; :func:`triton_unavailable` says why not.
 Precision: fp32 everywhere for fp32 inputs (matrix products in IEEE fp32, not TF32); fp16/bf16
 inputs enter the exact blocks' matrix products in their dtype, with probabilities and score
 gradients rounded to it (FlashAttention's scheme), everything else fp32. Tolerances against an fp64
@@ -36,12 +36,8 @@ from typing import TYPE_CHECKING
 import torch
 
 if TYPE_CHECKING:
-    from .mra import MraOptions
+    from .method import MraOptions
 
-#: Low bits of a selection key that hold the pair index x * nb + y (reversed, for the tie rule).
-PAIR_BITS = 26
-#: Blocks per sequence the selection keys can index (nb² pairs in PAIR_BITS bits).
-MAX_BLOCKS = 2 ** (PAIR_BITS // 2)
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 #: Block sizes the kernels take: Triton's matrix tiles are powers of two of at least 16.
 BLOCK_SIZES = (16, 32, 64, 128)
@@ -64,7 +60,7 @@ def kernels_interpreted() -> bool:
     imported: Triton reads it when the kernels are defined, on this backend's first use)."""
     from triton.runtime.interpreter import InterpretedFunction
 
-    from .mra_triton_kernels import exact_forward_kernel
+    from .triton_kernels import exact_forward_kernel
 
     return isinstance(exact_forward_kernel, InterpretedFunction)
 
@@ -88,6 +84,8 @@ def triton_unavailable(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, option
         return f"supports head sizes up to {MAX_HEAD_DIM}, got {head_dim}"
     if batch * heads > MAX_BATCH_HEADS:
         return f"supports batch x heads up to {MAX_BATCH_HEADS}, got {batch * heads}"
+    from .triton_kernels import MAX_BLOCKS  # triton is installed: the selection keys' limit
+
     blocks = _blocks(length, options.block_size)[0]
     if blocks > MAX_BLOCKS:
         return f"supports up to {MAX_BLOCKS} blocks ({MAX_BLOCKS * options.block_size} tokens), got {length} tokens"
@@ -174,7 +172,7 @@ def launch_forward(
     the counts of real tokens (B, nb) and the selection bitmaps (2, B * H, nb, words). The custom
     operator :data:`mra_forward` runs it; ``tools/triton_kernels.py`` calls it on meta tensors to
     learn each launch's arguments."""
-    from .mra_triton_kernels import (
+    from .triton_kernels import (
         block_means_kernel,
         exact_forward_kernel,
         low_resolution_kernel,
@@ -262,7 +260,7 @@ def launch_backward(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Gradients (dq, dk, dv) of :func:`launch_forward`'s output (module docstring), laid out as its
     output: the backward's launches, run by the custom operator :data:`mra_backward`."""
-    from .mra_triton_kernels import backward_preprocess_kernel, exact_backward_kernel, low_resolution_backward_kernel
+    from .triton_kernels import backward_preprocess_kernel, exact_backward_kernel, low_resolution_backward_kernel
 
     with _on_gpu_of(q):
         grad_out = grad_out.to(q.dtype)
