@@ -20,8 +20,7 @@ from tiny import tiny_config
 
 import hf_efficient_attn as hea
 from hf_efficient_attn.methods.base import AttentionShape
-from hf_efficient_attn.methods.mra import method as mra_method
-from hf_efficient_attn.methods.mra import selection
+from hf_efficient_attn.methods.mra import MraOptions, selection
 from hf_efficient_attn.methods.mra import triton as triton_backend
 from hf_efficient_attn.methods.softmax import softmax_reference
 from hf_efficient_attn.registry import MethodChoice, build_method
@@ -274,7 +273,7 @@ def test_the_size_limits_refuse_one_past_what_the_kernels_index(monkeypatch):
     from hf_efficient_attn.methods.mra import triton_kernels as kernels
 
     monkeypatch.setattr(triton_backend, "kernels_interpreted", lambda: True)
-    options = mra_method.MraOptions(block_size=16)
+    options = MraOptions(block_size=16)
 
     def reason(batch_heads: int, length: int) -> str | None:
         q = torch.empty(batch_heads, 1, length, 16, device="meta")
@@ -295,7 +294,7 @@ def test_head_sizes_dtypes_and_int32_offsets_are_checked_at_their_limits(monkeyp
     from hf_efficient_attn.methods.mra import triton_kernels as kernels
 
     monkeypatch.setattr(triton_backend, "kernels_interpreted", lambda: True)
-    options = mra_method.MraOptions(block_size=128)
+    options = MraOptions(block_size=128)
 
     def reason(length=64, heads=1, dim=16, v_dim=None, v_dtype=torch.float32):
         q = torch.empty(1, heads, length, dim, device="meta")
@@ -304,9 +303,9 @@ def test_head_sizes_dtypes_and_int32_offsets_are_checked_at_their_limits(monkeyp
 
     assert reason(dim=256) is None
     assert reason(dim=257) == "supports head sizes up to 256, got 257"
-    assert triton_backend.triton_unavailable(
-        *[torch.empty(1, 1, 64, 16, device="meta")] * 3, mra_method.MraOptions(block_size=256)
-    ) == ("needs block_size in [16, 32, 64, 128] (Triton's matrix tiles), got 256")  # 128 above: the largest accepted
+    assert triton_backend.triton_unavailable(*[torch.empty(1, 1, 64, 16, device="meta")] * 3, MraOptions(block_size=256)) == (
+        "needs block_size in [16, 32, 64, 128] (Triton's matrix tiles), got 256"
+    )  # 128 above: the largest accepted
     assert reason(v_dim=32) == "needs k's and v's head size equal to q's (16), got 16 and 32"
     assert reason(v_dtype=torch.bfloat16) == "needs q, k and v of one dtype, got torch.float32, torch.float32 and torch.bfloat16"
     longest = kernels.MAX_BLOCKS * 128  # 2**20 tokens: with 8 heads of 256, 2**31 offsets

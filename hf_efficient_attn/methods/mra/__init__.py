@@ -11,6 +11,7 @@ choices made where the paper is vague (ranking, ties, priors, padding), compilat
 docs/methods/mra.md.
 """
 
-from .method import Mra2, Mra2Sparse, MraOptions
+from .method import Mra2, Mra2Sparse
+from .options import MraOptions
 
 __all__ = ["Mra2", "Mra2Sparse", "MraOptions"]

@@ -1,25 +1,24 @@
-"""MRA-2 and MRA-2-s, the methods: their options, the choice of backend, and the call that pads to
+"""MRA-2 and MRA-2-s, the methods: the choice of backend, and the call that pads to
 whole blocks, takes the block statistics and selection (:mod:`.selection`), the low-resolution part
 (:mod:`.low_resolution`) and the exact part on a backend."""
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
 
 from ...registry import register_method
-from ..base import AttentionMethod, MethodOptions, Paper, check_choice, check_int, compute_dtype, is_tracing, pad_to_length
+from ..base import AttentionMethod, Paper, compute_dtype, is_tracing, pad_to_length
 from .flex import FLEX_LENGTH_MULTIPLE, flex_mra_attention, flex_mra_attention_outside_graphs, flex_unavailable
 from .gather import block_sparse_attention
 from .low_resolution import low_resolution_attention
+from .options import MraOptions
 from .pairs import pair_attention
 from .selection import block_stats, max_budget, select_blocks
 from .triton import triton_mra_attention, triton_unavailable
 
-BACKENDS = ("auto", "flex", "gather", "pairs", "triton")
 #: Why each backend cannot run given inputs, or None: gather and pairs run every input.
 BACKEND_PROBLEMS: dict[str, Callable[[torch.Tensor, torch.Tensor, torch.Tensor, "MraOptions"], str | None]] = {
     "gather": lambda q, k, v, options: None,
@@ -34,58 +33,6 @@ AUTO_ORDER = {"cuda": ("triton", "pairs", "gather")}
 DEFAULT_AUTO_ORDER = ("gather", "pairs")
 
 MRA_PAPER = Paper("Multi Resolution Analysis (MRA) for Approximate Self-Attention", "Zeng et al., ICML 2022", "2207.10284")
-
-
-@dataclass
-class MraOptions(MethodOptions):
-    block_size: int = field(
-        default=32,
-        metadata={
-            "help": (
-                "b in R = {b, 1} (section 5; 32 is the paper's and the only size of the official CUDA kernels). Any "
-                "positive integer works (exact at full budget for 1, 7 and 64, tested); a smaller b makes the (n/b)² part dearer."
-            )
-        },
-    )
-    block_per_row: int = field(
-        default=4,
-        metadata={
-            "help": (
-                "Exact blocks per query block on average (the budget of Alg. 1); 4 = Transformers' `MraConfig` default and "
-                "the official RoBERTa-512 config. The official 4096-token runs use 16 with priors "
-                "(`configs/methods/mra2-4096.json`)."
-            )
-        },
-    )
-    initial_prior_first_n_blocks: int = field(
-        default=0,
-        metadata={
-            "help": (
-                'Alg. 1 "prespecified via priors": the first n query-block rows and key-block columns (global tokens); '
-                "0 = off, as in `MraConfig`."
-            )
-        },
-    )
-    initial_prior_diagonal_n_blocks: int = field(
-        default=0, metadata={"help": ("Priors on the band |x − y| ≤ n // 2 around the diagonal; 0 = off, as in `MraConfig`.")}
-    )
-    backend: str = field(
-        default="auto",
-        metadata={
-            "help": (
-                '`"gather"` (plain PyTorch, training and inference), `"pairs"` (plain PyTorch, static shapes), '
-                '`"flex"` (compiled FlexAttention, inference on CPU), `"triton"` (fused Triton kernels, CUDA) or `"auto"` '
-                "(on CUDA `triton` where it supports the inputs, else `pairs`; `gather` elsewhere)."
-            )
-        },
-    )
-
-    def validate(self) -> None:
-        check_int("block_size", self.block_size, 1)
-        check_int("block_per_row", self.block_per_row, 1)
-        check_int("initial_prior_first_n_blocks", self.initial_prior_first_n_blocks, 0)
-        check_int("initial_prior_diagonal_n_blocks", self.initial_prior_diagonal_n_blocks, 0)
-        check_choice("backend", self.backend, BACKENDS)
 
 
 def padded_blocks(length: int, block_size: int, multiple: int) -> int:

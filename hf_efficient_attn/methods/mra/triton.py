@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 import torch
 
 if TYPE_CHECKING:
-    from .method import MraOptions
+    from .options import MraOptions
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 #: Block sizes the kernels take: Triton's matrix tiles are powers of two of at least 16.
