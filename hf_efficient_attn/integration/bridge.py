@@ -172,9 +172,9 @@ def windowed_mask_of_packed_rows(
     """The (B, 1, N, N) mask of a sliding-window layer (``attention_mask``, SDPA's windowed mask or None)
     restricted, in packed rows, to each token's own sequence: a window that would reach into the next
     sequence stops at its end, as it does for the sequence alone. Unchanged for one sequence a row."""
-    segments = kwargs.get(SEGMENTS_KEYWORD)
-    if segments is None:
-        # A token is real where it may attend to itself: the diagonal of the windowed mask.
+    if SEGMENTS_KEYWORD in kwargs:  # worked out once by the patched model (None: one sequence a row)
+        segments = kwargs[SEGMENTS_KEYWORD]
+    else:  # a token is real where it may attend to itself: the diagonal of the windowed mask
         real = None if attention_mask is None else kept(attention_mask)[:, 0].expand(-1, seq_len, -1).diagonal(dim1=-2, dim2=-1)
         segments = packed_segments(kwargs, real, batch, seq_len, group=False)
     if segments is None:

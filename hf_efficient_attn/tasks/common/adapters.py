@@ -92,7 +92,8 @@ def apply_lora(model: nn.Module, args: PeftArguments, task_type: str, also_save:
         raise ValueError(
             f"found no query and value projections to adapt: give --lora_target_modules; linear layers here: {linear}"
         )
-    missing = [name for name in targets if name not in {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}]
+    present = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
+    missing = [name for name in targets if name not in present]
     if missing:
         raise ValueError(f"--lora_target_modules {missing}: no such module; linear layers here: {linear}")
     config = LoraConfig(
