@@ -9,9 +9,10 @@
 #
 # Stages: CUDA tests (pytest --device cuda), attention and whole-model benchmarks against flash SDPA
 # (mra2 with both backends), torch.compile, and a Trainer MLM at 4096 tokens with and without FSDP.
-# STAGES=triton runs the stages of MRA-2's triton backend alone (about 5 minutes): its CUDA tests,
-# the attention call (forward, forward+backward) and the 2-layer training step at 4k-32k tokens,
-# batch 1 and 8, beside pairs, flash SDPA and the vmean floor, and a profile of one step at 8192.
+# STAGES=triton runs the stages of MRA-2's triton backend alone (under 8 minutes): its CUDA tests,
+# each launch of one call timed alone (with the selection's top-k and the pair lists' skew), the
+# attention call (forward, forward+backward) and the 2-layer training step at 4k-32k tokens, batch 1
+# and 8, beside pairs, flash SDPA and the vmean floor, and a profile of one step at 8192.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:?prepare DIR or run DIR OUT}
@@ -45,7 +46,7 @@ mkdir -p "$results"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$dir"/whl/*.whl
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 
-triton_stages="triton_tests triton_attention triton_attention_pairs triton_model triton_profile"
+triton_stages="triton_tests triton_launches triton_attention triton_attention_pairs triton_model triton_profile"
 all_stages="$triton_stages tests attention attention_gather attention_flex model mlm_mra2 mlm_mra2_fsdp model_flex mlm_sdpa
 compile compile_forward compile_parts profile"
 stages=" $(echo ${STAGES:-$all_stages}) "  # a subset: STAGES="tests profile"
@@ -76,6 +77,10 @@ long="--seq_lens 4096 8192 16384 32768"
 bf16="python3 scripts/benchmark.py --device cuda --dtype bf16"
 stage triton_tests 150 python3 -m pytest --device cuda -q -n 4 -p no:cacheprovider -m "not slow" --durations=10 \
   tests/methods/test_mra_triton.py tests/methods/test_mra.py
+# Each launch of one call timed alone, the selection's top-k beside the int64 one it replaced, the pair lists' skew.
+stage triton_launches 60 bash -c "set -e
+  for n in 4096 8192 16384 32768; do python3 -m hf_efficient_attn.tools.triton_kernels --time --dtype bf16 --length \$n; done
+  python3 -m hf_efficient_attn.tools.triton_kernels --time --dtype bf16 --length 8192 --batch 8"
 stage triton_attention 120 bash -c "set -e
   $bf16 --methods mra2,vmean --attn_config '$triton' $long --output_dir $results/attention_triton
   $bf16 --methods mra2,vmean --attn_config '$triton' $long --forward_only --output_dir $results/attention_triton_forward

@@ -7,6 +7,7 @@ On CPU the kernels run in Triton's interpreter (conftest sets TRITON_INTERPRET=1
 second: small shapes, and 16-token blocks (Triton's smallest matrix tile) so that a hundred tokens
 already make an approximation. ``pytest --device cuda`` runs the same tests on compiled kernels."""
 
+import json
 import math
 import os
 import re
@@ -166,7 +167,8 @@ def test_selection_bitmaps_equal_select_blocks_ties_included(options):
     """Blocks of equal small integers make the block means and their products exact in both
     computations, and tie many pairs: the pairs the kernels select equal select_blocks' choice bit
     for bit (the budget of each sequence, priors first, ties at the budget's cut to the lowest
-    (query block, key block)), in both bitmaps; a sequence of padding only selects nothing."""
+    (query block, key block)), in both bitmaps and the pair lists; a sequence of padding only selects
+    nothing."""
     batch, heads, seq, dim, scaling = 3, 2, 88, 16, 0.25  # 5 blocks of 16 and one of 8 tokens
     q, k, v = (torch.randint(-1, 2, (batch, heads, 6, dim)).float().repeat_interleave(BS, 2)[:, :, :seq] for _ in range(3))
     mask = torch.ones(batch, seq, dtype=torch.bool)
@@ -174,13 +176,40 @@ def test_selection_bitmaps_equal_select_blocks_ties_included(options):
     mask[2] = False
     q, k, v = (t.masked_fill(~mask[:, None, :, None], 0) for t in (q, k, v))
     choice = [options.get(key, 0) for key in ("initial_prior_first_n_blocks", "initial_prior_diagonal_n_blocks")]
-    _, _, _, counts, bitmaps = triton_backend.mra_forward(q, k, v, mask, scaling, BS, options["block_per_row"], *choice, False)
+    arguments = (q, k, v, mask, scaling, BS, options["block_per_row"], *choice, True)
+    _, _, _, counts, bitmaps, pairs, offsets = triton_backend.mra_forward(*arguments)
     expected, stats = reference_selection(q, k, mask, scaling, options["block_per_row"], *choice)
     assert stats.logits.unique().numel() < stats.logits.numel() // 4  # many ties
     assert torch.equal(counts, stats.counts.int())
     assert torch.equal(bitmap_pairs(bitmaps[0]), expected.flatten(0, 1))
     assert torch.equal(bitmap_pairs(bitmaps[1]), expected.transpose(-1, -2).flatten(0, 1))
     assert not expected[2].any()
+    # The exact kernels' pair lists: each query block's key blocks, ascending, at its span.
+    blocks = expected.shape[-1]
+    listed = torch.zeros_like(expected).flatten(0, 1)
+    for head, (head_pairs, head_offsets) in enumerate(zip(pairs, offsets)):
+        for x in range(blocks):
+            ys = head_pairs[head_offsets[x] : head_offsets[x + 1]] - x * blocks
+            assert torch.equal(ys, ys.sort().values) and ys.unique().numel() == ys.numel()
+            listed[head, x, ys.long()] = True
+    assert torch.equal(listed, expected.flatten(0, 1))
+
+
+def test_ties_across_a_rows_bitmap_words_keep_row_major_order():
+    """40 blocks: a query block's row spans two int32 words, and a program of the selection 32 query
+    blocks. Zero queries after the first block make all their pairs tie at the row maximum (0), so the
+    budget (2 a row, 80 pairs) takes the first block's best pairs, row 1 whole, and row 2 up to where
+    the budget runs out, as select_blocks does."""
+    blocks, dim = 40, 16
+    q = torch.zeros(1, 1, blocks * BS, dim)
+    q[..., :BS, :] = torch.randint(-1, 2, (dim,)).float()
+    k = torch.randint(-1, 2, (1, 1, blocks, dim)).float().repeat_interleave(BS, 2)
+    mask = torch.ones(1, blocks * BS, dtype=torch.bool)
+    _, _, _, _, bitmaps, _, _ = triton_backend.mra_forward(q, k, k, mask, 0.25, BS, 2, 0, 0, True)
+    expected, _ = reference_selection(q, k, mask, 0.25, 2)
+    assert expected[0, 0, 1].all() and 0 < expected[0, 0, 2].sum() < blocks and not expected[0, 0, 3:].any()
+    assert torch.equal(bitmap_pairs(bitmaps[0]), expected.flatten(0, 1))
+    assert torch.equal(bitmap_pairs(bitmaps[1]), expected.transpose(-1, -2).flatten(0, 1))
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
@@ -229,24 +258,27 @@ def test_a_model_compiles_in_one_graph_and_equals_eager():
         torch.testing.assert_close(grad, eager_grads.get(name, torch.zeros_like(grad)), atol=1e-6, rtol=1e-5)
 
 
-@pytest.mark.parametrize("name, forward, backward", [("mra2", 5, 3), ("mra2_s", 4, 2)])
+@pytest.mark.parametrize("name, forward, backward", [("mra2", 6, 5), ("mra2_s", 5, 3)])
 def test_kernel_launches_per_call(name, forward, backward, monkeypatch):
-    """The forward launches the means, selection-key, bitmap, (low-resolution) and exact kernels once
-    each (besides one torch.topk and the bitmaps' zeroing), the backward the preprocess,
-    (low-resolution) and exact backward kernels once each, whatever the length."""
+    """The forward launches the means, selection-score, tally, pair-list, (low-resolution) and exact
+    kernels once each (besides one torch.topk of fp32 values), the backward the preprocess kernel and,
+    once per axis (a compile-time one), the (low-resolution and) exact backward kernels, whatever the length."""
     from hf_efficient_attn.methods.mra import triton_kernels as kernels
 
     launches = []
     for kernel_name in [n for n in dir(kernels) if n.endswith("_kernel")]:
         kernel = getattr(kernels, kernel_name)
         monkeypatch.setattr(
-            kernel, "run", lambda *a, _run=kernel.run, _n=kernel_name, **kw: launches.append(_n) or _run(*a, **kw)
+            kernel,
+            "run",
+            lambda *a, _run=kernel.run, _n=kernel_name, **kw: launches.append((_n, kw.get("AXIS"))) or _run(*a, **kw),
         )
     q, k, v = (torch.randn(1, 1, 70, 16, requires_grad=True) for _ in range(3))
     out = make(name, heads=1)(q, k, v)
     assert len(launches) == forward and len(set(launches)) == forward, launches
     out.sum().backward()
     assert len(launches) == forward + backward and len(set(launches)) == forward + backward, launches
+    assert {axis for kernel, axis in launches if kernel.endswith("backward_kernel")} == {0, 1}
 
 
 # ----------------------------------------------------------------------------- what it supports
@@ -267,11 +299,9 @@ def test_unsupported_inputs_are_refused_with_the_reason(monkeypatch, device):
 
 
 def test_the_size_limits_refuse_one_past_what_the_kernels_index(monkeypatch):
-    """The selection keys hold the pair index x * nb + y in PAIR_BITS bits, so nb blocks fit while
-    nb² <= 2**PAIR_BITS; batch x heads is the launch grid's second axis (CUDA allows 65535). Exactly
+    """The pair lists hold the pair index x * nb + y and the mark nb² in int32, so at most MAX_BLOCKS
+    blocks; batch x heads is the launch grid's second axis (CUDA allows 65535). Exactly
     the most of each is accepted, one more refused (meta tensors: only the check runs)."""
-    from hf_efficient_attn.methods.mra import triton_kernels as kernels
-
     monkeypatch.setattr(triton_backend, "kernels_interpreted", lambda: True)
     options = MraOptions(block_size=16)
 
@@ -279,7 +309,7 @@ def test_the_size_limits_refuse_one_past_what_the_kernels_index(monkeypatch):
         q = torch.empty(batch_heads, 1, length, 16, device="meta")
         return triton_backend.triton_unavailable(q, q, q, options)
 
-    most_blocks = math.isqrt(2**kernels.PAIR_BITS)
+    most_blocks = triton_backend.MAX_BLOCKS
     assert reason(1, most_blocks * 16) is None
     one_more = reason(1, most_blocks * 16 + 1)
     assert re.fullmatch(rf"supports up to {most_blocks} blocks .*got {most_blocks * 16 + 1} tokens", one_more)
@@ -291,8 +321,6 @@ def test_head_sizes_dtypes_and_int32_offsets_are_checked_at_their_limits(monkeyp
     """Head sizes up to MAX_HEAD_DIM; k and v of q's head size and dtype (the kernels size v's tiles and the
     output by q's); offsets that fit int32: a sequence of tokens x heads x head size below 2**31 (the
     output's layout, (B, N, H, D)). Meta tensors: only the check runs."""
-    from hf_efficient_attn.methods.mra import triton_kernels as kernels
-
     monkeypatch.setattr(triton_backend, "kernels_interpreted", lambda: True)
     options = MraOptions(block_size=128)
 
@@ -308,9 +336,90 @@ def test_head_sizes_dtypes_and_int32_offsets_are_checked_at_their_limits(monkeyp
     )  # 128 above: the largest accepted
     assert reason(v_dim=32) == "needs k's and v's head size equal to q's (16), got 16 and 32"
     assert reason(v_dtype=torch.bfloat16) == "needs q, k and v of one dtype, got torch.float32, torch.float32 and torch.bfloat16"
-    longest = kernels.MAX_BLOCKS * 128  # 2**20 tokens: with 8 heads of 256, 2**31 offsets
+    longest = 2**20  # tokens: with 8 heads of 256, 2**31 offsets
     assert reason(longest - 128, heads=8, dim=256) is None
     assert reason(longest, heads=8, dim=256).startswith("supports inputs whose offsets fit int32")
+
+
+#: Each launch of one call (8192 tokens: length-derived integers divisible by 16) as the kernel tool compiles
+#: it for sm_90, as JSON: its arguments (kind, value, and whether the source makes each a constant or marks
+#: it divisible by 16), the options the launch sets and those the tool compiles with.
+TOOL_SOURCES = """
+import json, torch
+from triton.backends.compiler import GPUTarget
+from hf_efficient_attn.tools import triton_kernels as tool
+
+launches = []
+for kernel, args, kwargs in tool.recorded_launches(torch.bfloat16, 8192, 12, 64, 32):
+    source, options = tool.compile_source(kernel, args, kwargs, GPUTarget("cuda", 90, 32))
+    bound = {**dict(zip(kernel.arg_names, args)), **kwargs}
+    arguments = []
+    for index, param in enumerate(kernel.params):
+        value = bound[param.name]
+        kind = "constexpr" if param.is_constexpr else "tensor" if isinstance(value, torch.Tensor) else type(value).__name__
+        arguments.append({
+            "name": param.name, "kind": kind, "value": value if kind == "int" else None,
+            "constant": (index,) in source.constants,
+            "divisible": ["tt.divisibility", 16] in source.attrs.get((index,), []),
+        })
+    launches.append({
+        "name": tool.launch_name(kernel, kwargs),
+        "arguments": arguments,
+        "launched": {key: kwargs[key] for key in ("num_warps", "num_stages", "enable_fp_fusion") if key in kwargs},
+        "compiled": {key: getattr(options, key) for key in ("num_warps", "num_stages", "enable_fp_fusion")},
+    })
+print(json.dumps(launches))
+"""
+
+
+@pytest.mark.slow
+def test_the_kernel_tool_compiles_each_launch_as_triton_does_at_run_time():
+    """The tool's register and spill figures are those of the kernels a GPU runs: each launch compiled with
+    its own warps, stages and fusion, pointers marked 16-byte aligned, integers equal to 1 made constants
+    and those divisible by 16 marked so, as Triton's launcher does, except the length-derived integers
+    (LENGTH_ARGUMENTS), which stay plain so that a new length compiles nothing new."""
+    from hf_efficient_attn.methods.mra.triton_kernels import LENGTH_ARGUMENTS
+
+    environment = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
+    result = subprocess.run([sys.executable, "-c", TOOL_SOURCES], capture_output=True, text=True, env=environment, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    launches = json.loads(result.stdout.splitlines()[-1])
+    assert {launch["name"] for launch in launches} >= {"exact_backward_kernel[AXIS=0]", "exact_backward_kernel[AXIS=1]"}
+    assert any(launch["launched"] for launch in launches)
+    length_arguments = 0
+    for launch in launches:
+        for key, value in launch["launched"].items():
+            assert launch["compiled"][key] == value, (launch["name"], key)
+        for argument in launch["arguments"]:
+            where = (launch["name"], argument["name"])
+            if argument["kind"] == "tensor":
+                assert argument["divisible"], where
+            elif argument["kind"] == "int" and argument["name"] in LENGTH_ARGUMENTS:
+                length_arguments += argument["value"] % 16 == 0
+                assert not argument["constant"] and not argument["divisible"], where
+            elif argument["kind"] == "int":
+                assert argument["constant"] == (argument["value"] == 1), where
+                assert argument["divisible"] == (argument["value"] % 16 == 0 and argument["value"] != 1), where
+    assert length_arguments > 0  # the case do_not_specialize changes
+
+
+@pytest.mark.slow  # 20 s in the interpreter
+def test_the_kernel_tool_times_each_launch_of_the_call(monkeypatch, capsys):
+    """``--time`` (the GPU stage's per-launch timings) runs the call --repeats times after a warm-up, at
+    --batch, and prints a time for each launch, the two top-ks, and the pair lists' skew (1 or more)."""
+    from hf_efficient_attn.tools import triton_kernels as tool
+
+    calls = []
+    monkeypatch.setattr(tool, "run_call", lambda *a, _run=tool.run_call: calls.append(a) or _run(*a))
+    tool.main(["--time", "--length", "70", "--block_size", "16", "--heads", "1", "--head_dim", "16", "--dtype", "fp32",
+               "--batch", "2", "--repeats", "2"])  # fmt: skip
+    assert len(calls) == 3 and all(call[-1] == 2 for call in calls)
+    printed = dict(line.rsplit(": ", 1) for line in capsys.readouterr().out.splitlines()[1:])
+    launched = {tool.launch_name(kernel, kwargs) for kernel, _, kwargs in tool.recorded_launches(torch.float32, 70, 1, 16, 16)}
+    assert launched | {"torch.topk, fp32 values", "torch.topk, int64 keys (replaced)"} <= printed.keys()
+    assert all(float(printed[name].removesuffix(" ms")) > 0 for name in launched)
+    skews = [float(value) for name, value in printed.items() if name.startswith("longest")]
+    assert len(skews) == 2 and min(skews) >= 1
 
 
 #: Compiles the selection kernel for sm_90 with the options its launch sets (as Triton does at run time) and
@@ -318,15 +427,13 @@ def test_head_sizes_dtypes_and_int32_offsets_are_checked_at_their_limits(monkeyp
 SELECTION_PTX = """
 import torch, triton
 from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
 from hf_efficient_attn.tools import triton_kernels as tool
 
+target = GPUTarget("cuda", 90, 32)
 for kernel, args, kwargs in tool.recorded_launches(torch.float32, 1024, 2, 128, 32):
-    if kernel.__name__ == "selection_keys_kernel":
-        types, constexprs = tool.signature(kernel, args, kwargs)
-        options = {key: kwargs[key] for key in tool.LAUNCH_OPTIONS if key in kwargs}
-        source = ASTSource(fn=kernel, signature=types, constexprs=constexprs)
-        ptx = triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options).asm["ptx"]
+    if kernel.__name__ == "selection_scores_kernel":
+        source, options = tool.compile_source(kernel, args, kwargs, target)
+        ptx = triton.compile(source, target=target, options=options.__dict__).asm["ptx"]
         print(ptx.count("sub.rn.f32") + ptx.count("sub.f32"))
 """
 
@@ -347,10 +454,14 @@ def test_the_selection_scores_are_not_fused_on_a_gpu():
 @pytest.mark.parametrize("dtype", ["fp32", "bf16"])
 def test_the_kernels_compile_for_hopper_without_a_gpu(dtype):
     """Triton's own compiler builds every kernel for sm_90 (the H100/H200) here, without a GPU: what
-    the interpreter does not check (constexpr globals, layouts, register allocation by ptxas)."""
+    the interpreter does not check (constexpr globals, layouts, register allocation by ptxas): each launch
+    of a call once, the backward kernels once per axis."""
+    from hf_efficient_attn.tools import triton_kernels as tool
+
     environment = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
     command = [sys.executable, "-m", "hf_efficient_attn.tools.triton_kernels", "--arch", "90", "--dtype", dtype]
     result = subprocess.run(command, capture_output=True, text=True, env=environment, timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr
-    compiled = re.findall(r"^(\w+_kernel): registers \d+", result.stdout, flags=re.MULTILINE)
-    assert len(set(compiled)) == 8, result.stdout
+    compiled = re.findall(r"^(\w+_kernel(?:\[AXIS=\d\])?): registers \d+", result.stdout, flags=re.MULTILINE)
+    launched = [tool.launch_name(kernel, kwargs) for kernel, _, kwargs in tool.recorded_launches(torch.float32, 8192, 12, 64, 32)]
+    assert sorted(compiled) == sorted(launched), result.stdout

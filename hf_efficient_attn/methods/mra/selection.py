@@ -39,6 +39,36 @@ def max_budget(blocks: int, block_per_row: int) -> int:
     return torch.sym_min(block_per_row * blocks, blocks * blocks)
 
 
+def budgets(counts: torch.Tensor, block_per_row: int) -> torch.Tensor:
+    """Each sequence's budget (B,): block_per_row x its query blocks holding a real token, at most all
+    its real block pairs (0 for a sequence of padding only)."""
+    real_blocks = (counts > 0).sum(-1)
+    return torch.minimum(real_blocks * block_per_row, real_blocks * real_blocks)
+
+
+def prior_levels(blocks: int, first_n: int, diagonal_n: int, device: torch.device) -> torch.Tensor:
+    """(nb, nb) int: the number of prior sets holding each pair (first rows, first columns, diagonal
+    band; the official get_block_idxes adds 5e3 per set)."""
+    idx = torch.arange(blocks, device=device)
+    levels = (idx[:, None] < first_n).int() + (idx[None, :] < first_n).int()
+    if diagonal_n > 0:
+        levels += ((idx[:, None] - idx[None, :]).abs() <= diagonal_n // 2).int()
+    return levels
+
+
+@torch.no_grad()
+def cut_levels(counts: torch.Tensor, block_per_row: int, first_n: int, diagonal_n: int) -> torch.Tensor:
+    """(B,) int32: for each sequence, the prior level at which its budget runs out when pairs are taken
+    level by level (eligible pairs only: both blocks hold a real token): the highest level with at least
+    the budget's pairs at or above it. Every pair above it is selected, none below it (the triton
+    backend's selection, by (level, score) as :func:`select_blocks`)."""
+    real = counts > 0
+    eligible = real[:, :, None] & real[:, None, :]
+    levels = prior_levels(counts.shape[1], first_n, diagonal_n, counts.device) * eligible  # (B, nb, nb)
+    at_least = torch.stack([(levels >= level).flatten(1).sum(-1) for level in (1, 2, 3)], -1)  # (B, 3)
+    return (at_least >= budgets(counts, block_per_row).clamp(min=1)[:, None]).sum(-1, dtype=torch.int32)
+
+
 @torch.no_grad()
 def select_blocks(
     logits: torch.Tensor, counts: torch.Tensor, block_per_row: int, first_n: int = 0, diagonal_n: int = 0
@@ -57,14 +87,10 @@ def select_blocks(
         # Rank by the number of prior sets a pair is in (first rows, first columns, diagonal band),
         # then by score: the official get_block_idxes adds 5e3 per set. Eligible scores lie in
         # [lowest, 0], so a step of 1 - lowest per set keeps the levels apart.
-        idx = torch.arange(nb, device=logits.device)
-        prior_sets = (idx[:, None] < first_n).to(score.dtype) + (idx[None, :] < first_n).to(score.dtype)
-        if diagonal_n > 0:
-            prior_sets += ((idx[:, None] - idx[None, :]).abs() <= diagonal_n // 2).to(score.dtype)
+        prior_sets = prior_levels(nb, first_n, diagonal_n, logits.device).to(score.dtype)
         lowest = score.masked_fill(score == -math.inf, math.inf).amin((-2, -1), keepdim=True)
         score = score + prior_sets * (1 - lowest)
-    real_blocks = has_real.sum(-1)
-    budget = torch.minimum(real_blocks * block_per_row, real_blocks * real_blocks)[:, None, None]  # (B, 1, 1)
+    budget = budgets(counts, block_per_row)[:, None, None]  # (B, 1, 1)
     score = score.flatten(2)
     # The budget's threshold: the budget-th largest score of each head, from a top-k of the largest
     # budget any sequence of this shape can have (a static k; a sequence of padding only has budget 0).

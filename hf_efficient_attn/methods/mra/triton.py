@@ -4,24 +4,30 @@ selection, low-resolution and exact parts) and its backward in a few fused Trito
 in one graph and runs them as opaque calls. The same function as the ``gather`` and ``pairs``
 backends (docs/methods/mra.md), computed without host reads or data-dependent shapes:
 
-- forward, 7 launches: the block means and counts of q, k, v (eqs. 11, 17); the selection key of
-  every block pair, one int64 that orders pairs by (prior sets, score, lowest pair index) exactly
-  (Alg. 1); one ``torch.topk`` of the largest budget; bitmaps of each sequence's budget of pairs,
-  row- and column-major; the low-resolution part per query block (eq. 13, ``mra2`` only); the exact
-  blocks of each query block with an online softmax that merges the low-resolution part as one extra
-  key (Alg. 2, eq. 14). Saved for the backward: the output, each row's log-sum-exp, the block means
-  and counts, and the bitmaps (nb² bits a head), nothing of size n x blocks.
-- backward, 3 launches: dO . O per row and the low-resolution part's per-block sums; the block
-  means' gradients through the low-resolution part (``mra2``); the exact blocks' dQ per query block
-  and dK, dV per key block (FlashAttention-2's split, each written once, no atomics), which also
-  hand each real token its block mean's gradient.
+- forward, 6 launches and a top-k: the block means and counts of q, k, v (eqs. 11, 17); the score of
+  every block pair as one fp32 value that orders pairs by (prior sets, score) (Alg. 1; with priors,
+  pairs above the level where the sequence's budget runs out are +inf, those below -inf); one
+  ``torch.topk`` of the largest budget, of the values only: each head's threshold; per query block
+  the pairs above it and tied with it; the budget's pairs (the ties to the lowest pair index), as
+  each query block's ascending list of key blocks and (``mra2``) row- and column-major bitmaps; the
+  low-resolution part per query block (eq. 13, ``mra2`` only); the exact blocks of each query block,
+  walking its list, with an online softmax that merges the low-resolution part as one extra key
+  (Alg. 2, eq. 14). Saved for the backward: the output, each row's log-sum-exp, the block means and
+  counts, the bitmaps (nb² bits a head) and the pair lists, nothing of size n x blocks.
+- backward, 5 launches and a sort: dO . O per row and the low-resolution part's per-block sums; the
+  block means' gradients through the low-resolution part (``mra2``), query side and key side; the
+  exact blocks' dQ per query block and dK, dV per key block (its list of query blocks: the pair
+  lists sorted by key block), FlashAttention-2's split, each written once, no atomics, which also
+  hand each real token its block mean's gradient. Each backward kernel is compiled once per side (a
+  compile-time axis), so that neither side pays the other's registers.
 
 Supported: CUDA (elsewhere only under Triton's interpreter, ``TRITON_INTERPRET=1``, how the tests run
 it on CPU), fp32 / fp16 / bf16, ``block_size`` in :data:`BLOCK_SIZES`, head size up to
-:data:`MAX_HEAD_DIM`, at most :data:`.triton_kernels.MAX_BLOCKS` blocks; :func:`triton_unavailable` says why not.
-Precision: fp32 everywhere for fp32 inputs (matrix products in IEEE fp32, not TF32); fp16/bf16
-inputs enter the exact blocks' matrix products in their dtype, with probabilities and score
-gradients rounded to it (FlashAttention's scheme), everything else fp32. Tolerances against an fp64
+:data:`MAX_HEAD_DIM`, at most :data:`MAX_BLOCKS` blocks; :func:`triton_unavailable` says why not.
+Precision: the products of block means as ``tf32x3`` (:data:`.triton_kernels.MEANS_PRECISION`); fp32
+inputs enter the exact blocks' products in IEEE fp32 (not TF32); fp16/bf16 inputs enter them in their
+dtype, with probabilities and score gradients rounded to it (FlashAttention's scheme); everything
+else fp32. Tolerances against an fp64
 reference: docs/methods/mra.md, "Backends".
 """
 
@@ -35,6 +41,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from .selection import cut_levels, max_budget
+
 if TYPE_CHECKING:
     from .options import MraOptions
 
@@ -42,15 +50,22 @@ DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 #: Block sizes the kernels take: Triton's matrix tiles are powers of two of at least 16.
 BLOCK_SIZES = (16, 32, 64, 128)
 MAX_HEAD_DIM = 256
+#: Blocks per sequence: the pair lists hold x * nb + y, and nb² marks an unused entry, in int32.
+MAX_BLOCKS = 2**15
 #: batch x heads runs on the second axis of the launch grid (CUDA's limit).
 MAX_BATCH_HEADS = 65535
-#: Block means handled together by the selection and low-resolution kernels (a matrix tile), and
-#: their warps: with 4, ptxas (Triton 3.6, sm_90) gives them 234-255 registers a thread and spills;
-#: with 8, 102-128 (``python -m hf_efficient_attn.tools.triton_kernels``). Not yet timed on a GPU.
+#: Block means handled together by the selection and low-resolution kernels (a matrix tile), and their
+#: warps and pipeline stages: their tf32x3 products take 170-255 registers a thread, without spills at
+#: 8 warps and 1 stage, where 2-3 stages spill or reach 255 in the backward (ptxas, Triton 3.9, sm_90,
+#: ``python -m hf_efficient_attn.tools.triton_kernels``; docs/gpu.md). Not yet timed on a GPU.
 MEANS_TILE = 32
 MEANS_TILE_WARPS = 8
-#: Selected pairs decoded per program of the bitmap kernel, and counts summed per step.
-DECODE_BLOCK = 1024
+MEANS_TILE_STAGES = 1
+#: Block counts and per-block tallies summed per step by the selection's kernels.
+SUM_BLOCK = 1024
+#: Query blocks a program of the selection's tally and pair kernels handles: one int32 word of the
+#: column-major bitmap, so that each word has one writer.
+SELECTION_ROWS = 32
 
 OP_NAMESPACE = re.sub(r"\W", "_", __name__)
 
@@ -84,8 +99,6 @@ def triton_unavailable(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, option
         return f"supports head sizes up to {MAX_HEAD_DIM}, got {head_dim}"
     if batch * heads > MAX_BATCH_HEADS:
         return f"supports batch x heads up to {MAX_BATCH_HEADS}, got {batch * heads}"
-    from .triton_kernels import MAX_BLOCKS  # triton is installed: the selection keys' limit
-
     blocks = _blocks(length, options.block_size)[0]
     if blocks > MAX_BLOCKS:
         return f"supports up to {MAX_BLOCKS} blocks ({MAX_BLOCKS * options.block_size} tokens), got {length} tokens"
@@ -117,11 +130,12 @@ def _head_tile(head_dim: int) -> int:
     return max(16, 1 << (head_dim - 1).bit_length())
 
 
-def _block_warps(block_size: int, block_d: int) -> int:
-    """Warps of the exact blocks' kernels: 4 up to a 64 x 64 tile of a block, 8 beyond (ptxas, Triton 3.9,
-    sm_90, bf16: blocks of 128 with heads of 128 spill 8.6 kB a thread in the backward with 4, 2.3 kB with
-    8; fp32 tiles that large spill tens of kB either way). Not yet timed on a GPU."""
-    return 4 if block_size * block_d <= 64 * 64 else 8
+def _block_warps(block_size: int, block_d: int, dtype: torch.dtype, backward: bool = False) -> int:
+    """Warps of the exact blocks' kernels: 4 up to a 64 x 64 tile of a block, 8 beyond, and 8 for fp32's
+    backward (ptxas, Triton 3.9, sm_90: blocks of 128 with heads of 128 spill 8.6 kB a thread in the bf16
+    backward with 4, 2.3 kB with 8; the fp32 key side spills 0.5-0.8 kB at 4 warps with blocks of 32,
+    none at 8). Not yet timed on a GPU."""
+    return 4 if block_size * block_d <= 64 * 64 and not (backward and dtype == torch.float32) else 8
 
 
 def _precision(dtype: torch.dtype) -> str:
@@ -165,26 +179,29 @@ def launch_forward(
     first_n: int,
     diagonal_n: int,
     low_resolution: bool,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """MRA-2 (``low_resolution``) or MRA-2-s of q, k, v (B, H, N, D) (module docstring): the forward's
     launches. Returns the output (B, H, N, D) in q's dtype, laid out as (B, N, H, D), and what the
     backward needs: each row's log-sum-exp (B * H, nb * block_size), the block means (3, B * H, nb, D),
-    the counts of real tokens (B, nb) and the selection bitmaps (2, B * H, nb, words). The custom
+    the counts of real tokens (B, nb), the selection bitmaps (2, B * H, nb, words; nb = 0 without the
+    low-resolution part), and the row-major pair lists (B * H, K) with each query block's span in them
+    (B * H, nb + 1) (:func:`.triton_kernels.selected_pairs_kernel`). The custom
     operator :data:`mra_forward` runs it; ``tools/triton_kernels.py`` calls it on meta tensors to
     learn each launch's arguments."""
     from .triton_kernels import (
         block_means_kernel,
         exact_forward_kernel,
         low_resolution_kernel,
-        selected_bitmaps_kernel,
-        selection_keys_kernel,
+        selected_pairs_kernel,
+        selection_scores_kernel,
+        threshold_tally_kernel,
     )
 
     with _on_gpu_of(q):  # q's GPU, not the current one: Triton launches on the current device
         batch, heads, length, head_dim = q.shape
         batch_heads = batch * heads
         blocks, words = _blocks(length, block_size)
-        budget = min(block_per_row * blocks, blocks * blocks)
+        most_pairs = max_budget(blocks, block_per_row)
         real, has_mask = _mask_arguments(q, key_real)
         block_d = _head_tile(head_dim)
         plane = batch_heads * blocks * head_dim
@@ -194,37 +211,48 @@ def launch_forward(
             q, k, v, real, means, counts, *q.stride(), *k.stride(), *v.stride(),
             heads, length, blocks, head_dim, plane, HAS_MASK=has_mask, BS=block_size, BLOCK_D=block_d,
         )  # fmt: skip
-        keys = q.new_empty(batch_heads, blocks * blocks, dtype=torch.int64)
-        selection_keys_kernel[(_cdiv(blocks, MEANS_TILE), batch_heads)](
-            means, counts, keys, plane, scaling, heads, blocks, head_dim, first_n, diagonal_n,
-            TILE=MEANS_TILE, BLOCK_D=block_d, num_warps=MEANS_TILE_WARPS,
+        priors = first_n > 0 or diagonal_n > 0
+        sequence_cut_levels = cut_levels(counts, block_per_row, first_n, diagonal_n) if priors else counts
+        scores = q.new_empty(batch_heads, blocks * blocks, dtype=torch.float32)
+        selection_scores_kernel[(_cdiv(blocks, MEANS_TILE), batch_heads)](
+            means, counts, sequence_cut_levels, scores, plane, scaling, heads, blocks, head_dim, first_n, diagonal_n,
+            PRIORS=priors, TILE=MEANS_TILE, BLOCK_D=block_d, num_warps=MEANS_TILE_WARPS, num_stages=MEANS_TILE_STAGES,
             # No fused multiply-add of `logit - row_max` (Triton fuses by default on GPUs): a row's best pair
             # must score exactly 0, as in `pairs` and `gather`, for the tie rule to pick the same pairs.
             enable_fp_fusion=False,
         )  # fmt: skip
-        top_keys = keys.topk(budget, dim=-1, sorted=True).values
-        del keys
-        bitmaps = torch.zeros(2, batch_heads, blocks, words, dtype=torch.int32, device=q.device)
-        selected_bitmaps_kernel[(_cdiv(budget, DECODE_BLOCK), batch_heads)](
-            top_keys, counts, bitmaps, bitmaps[0].numel(), heads, blocks, words, budget, block_per_row,
-            BLOCK=DECODE_BLOCK, BLOCK_NB=DECODE_BLOCK,
+        # The values only: which of the pairs tied at the threshold are kept is the kernels' tie rule.
+        top = scores.topk(most_pairs, dim=-1).values
+        tally = q.new_empty(2, batch_heads, blocks, dtype=torch.int32)
+        threshold_tally_kernel[(_cdiv(blocks, SELECTION_ROWS), batch_heads)](
+            scores, top, counts, tally, tally[0].numel(), heads, blocks, most_pairs, block_per_row,
+            ROWS=SELECTION_ROWS, BLOCK=SUM_BLOCK,
         )  # fmt: skip
+        pairs = q.new_empty(batch_heads, most_pairs, dtype=torch.int32)
+        offsets = q.new_empty(batch_heads, blocks + 1, dtype=torch.int32)
+        bitmaps = q.new_empty(2, batch_heads, blocks if low_resolution else 0, words, dtype=torch.int32)
+        selected_pairs_kernel[(words, batch_heads)](
+            scores, top, counts, tally, bitmaps, pairs, offsets, tally[0].numel(), bitmaps[0].numel(),
+            heads, blocks, words, most_pairs, block_per_row, BITMAPS=low_resolution, BLOCK=SUM_BLOCK,
+        )  # fmt: skip
+        del scores, top, tally
         low_out = low_lse = means  # unused by the kernel without the low-resolution part
         if low_resolution:
             low_out = q.new_empty(batch_heads, blocks, head_dim, dtype=torch.float32)
             low_lse = q.new_empty(batch_heads, blocks, dtype=torch.float32)
             low_resolution_kernel[(_cdiv(blocks, MEANS_TILE), batch_heads)](
                 means, counts, bitmaps, low_out, low_lse, plane, scaling, heads, blocks, words, head_dim,
-                TILE=MEANS_TILE, BLOCK_D=block_d, num_warps=MEANS_TILE_WARPS,
+                TILE=MEANS_TILE, BLOCK_D=block_d, num_warps=MEANS_TILE_WARPS, num_stages=MEANS_TILE_STAGES,
             )  # fmt: skip
         out = _output_like(q)
         lse = q.new_empty(batch_heads, blocks * block_size, dtype=torch.float32)
         exact_forward_kernel[(blocks, batch_heads)](
-            q, k, v, real, bitmaps, low_out, low_lse, out, lse, *q.stride(), *k.stride(), *v.stride(), *out.stride(),
-            scaling, heads, length, blocks, words, head_dim, HAS_MASK=has_mask, LOW_RESOLUTION=low_resolution,
-            PRECISION=_precision(q.dtype), BS=block_size, BLOCK_D=block_d, num_warps=_block_warps(block_size, block_d),
+            q, k, v, real, pairs, offsets, low_out, low_lse, out, lse, *q.stride(), *k.stride(), *v.stride(),
+            *out.stride(), scaling, heads, length, blocks, most_pairs, head_dim, HAS_MASK=has_mask,
+            LOW_RESOLUTION=low_resolution, PRECISION=_precision(q.dtype), BS=block_size, BLOCK_D=block_d,
+            num_warps=_block_warps(block_size, block_d, q.dtype),
         )  # fmt: skip
-        return out, lse, means, counts, bitmaps
+        return out, lse, means, counts, bitmaps, pairs, offsets
 
 
 mra_forward = torch.library.custom_op(f"{OP_NAMESPACE}::mra_forward", launch_forward, mutates_args=())
@@ -239,8 +267,20 @@ def _(q, k, v, key_real, scaling, block_size, block_per_row, first_n, diagonal_n
         q.new_empty(batch * heads, blocks * block_size, dtype=torch.float32),
         q.new_empty(3, batch * heads, blocks, head_dim, dtype=torch.float32),
         q.new_empty(batch, blocks, dtype=torch.int32),
-        q.new_empty(2, batch * heads, blocks, words, dtype=torch.int32),
+        q.new_empty(2, batch * heads, blocks if low_resolution else 0, words, dtype=torch.int32),
+        q.new_empty(batch * heads, max_budget(blocks, block_per_row), dtype=torch.int32),
+        q.new_empty(batch * heads, blocks + 1, dtype=torch.int32),
     )
+
+
+def _column_lists(pairs: torch.Tensor, offsets: torch.Tensor, blocks: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The column-major pair lists of :func:`launch_forward`'s row-major ones: per key block y, the
+    query blocks that selected it, ascending, as entries y * nb + x, and each key block's span."""
+    listed = torch.arange(pairs.shape[1], device=pairs.device, dtype=torch.int32) < offsets[:, -1:]
+    transposed = torch.where(listed, pairs % blocks * blocks + pairs // blocks, blocks * blocks)  # unlisted: last
+    transposed = transposed.sort(dim=-1).values
+    starts = torch.arange(blocks + 1, device=pairs.device, dtype=torch.int32) * blocks
+    return transposed, torch.searchsorted(transposed, starts.expand(pairs.shape[0], -1).contiguous(), out_int32=True)
 
 
 def launch_backward(
@@ -254,6 +294,8 @@ def launch_backward(
     means: torch.Tensor,
     counts: torch.Tensor,
     bitmaps: torch.Tensor,
+    pairs: torch.Tensor,
+    offsets: torch.Tensor,
     scaling: float,
     block_size: int,
     low_resolution: bool,
@@ -281,18 +323,21 @@ def launch_backward(
         )  # fmt: skip
         if low_resolution:
             grad_means = torch.empty_like(means)
-            low_resolution_backward_kernel[(_cdiv(blocks, MEANS_TILE), batch_heads, 2)](
-                means, counts, bitmaps, low_grad, low_weight, low_ref, grad_means, plane, bitmap_plane, scaling,
-                heads, blocks, words, head_dim, TILE=MEANS_TILE, BLOCK_D=block_d, num_warps=MEANS_TILE_WARPS,
-            )  # fmt: skip
+            for axis in (0, 1):
+                low_resolution_backward_kernel[(_cdiv(blocks, MEANS_TILE), batch_heads)](
+                    means, counts, bitmaps, low_grad, low_weight, low_ref, grad_means, plane, bitmap_plane, scaling,
+                    heads, blocks, words, head_dim, AXIS=axis, TILE=MEANS_TILE, BLOCK_D=block_d,
+                    num_warps=MEANS_TILE_WARPS, num_stages=MEANS_TILE_STAGES,
+                )  # fmt: skip
         dq, dk, dv = _output_like(q), _output_like(q), _output_like(q)
-        exact_backward_kernel[(blocks, batch_heads, 2)](
-            q, k, v, real, grad_out, lse, delta, bitmaps, counts, grad_means, dq, dk, dv,
-            *q.stride(), *k.stride(), *v.stride(), *grad_out.stride(), *dq.stride(),
-            plane, bitmap_plane, scaling, heads, length, blocks, words, head_dim,
-            HAS_MASK=has_mask, LOW_RESOLUTION=low_resolution, PRECISION=_precision(q.dtype), BS=block_size, BLOCK_D=block_d,
-            num_warps=_block_warps(block_size, block_d),
-        )  # fmt: skip
+        for axis, (own_pairs, own_offsets) in enumerate([(pairs, offsets), _column_lists(pairs, offsets, blocks)]):
+            exact_backward_kernel[(blocks, batch_heads)](
+                q, k, v, real, grad_out, lse, delta, own_pairs, own_offsets, counts, grad_means, dq, dk, dv,
+                *q.stride(), *k.stride(), *v.stride(), *grad_out.stride(), *dq.stride(),
+                plane, scaling, heads, length, blocks, pairs.shape[1], head_dim, AXIS=axis, HAS_MASK=has_mask,
+                LOW_RESOLUTION=low_resolution, PRECISION=_precision(q.dtype), BS=block_size, BLOCK_D=block_d,
+                num_warps=_block_warps(block_size, block_d, q.dtype, backward=True),
+            )  # fmt: skip
         return dq, dk, dv
 
 
@@ -300,14 +345,13 @@ mra_backward = torch.library.custom_op(f"{OP_NAMESPACE}::mra_backward", launch_b
 
 
 @mra_backward.register_fake
-def _(grad_out, q, k, v, key_real, out, lse, means, counts, bitmaps, scaling, block_size, low_resolution):
+def _(grad_out, q, k, v, key_real, out, lse, means, counts, bitmaps, pairs, offsets, scaling, block_size, low_resolution):
     return _output_like(q), _output_like(q), _output_like(q)
 
 
 def _setup_context(ctx, inputs, output):
     q, k, v, key_real, scaling, block_size, _, _, _, low_resolution = inputs
-    out, lse, means, counts, bitmaps = output
-    ctx.save_for_backward(q, k, v, key_real, out, lse, means, counts, bitmaps)
+    ctx.save_for_backward(q, k, v, key_real, *output)
     ctx.scaling, ctx.block_size, ctx.low_resolution = scaling, block_size, low_resolution
 
 

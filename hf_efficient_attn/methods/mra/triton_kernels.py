@@ -4,7 +4,7 @@ computes. Imported only when the backend runs (it imports Triton).
 
 Written to what Triton 3.6 (the GPU machines) and 3.9 (here) both run, compiled and interpreted
 (``TRITON_INTERPRET=1``, how the tests run them on CPU): plain pointer arithmetic, ``tl.load`` /
-``tl.store`` / ``tl.dot`` / ``tl.atomic_or``. Shapes in the comments: BS = block size (a query or
+``tl.store`` / ``tl.dot`` / ``tl.cumsum``, no atomics. Shapes in the comments: BS = block size (a query or
 key block), TILE = block means handled at once, D = head size (BLOCK_D its power-of-two tile).
 Every accumulator, block mean, logit, running maximum and sum is fp32; fp16/bf16 inputs enter the
 exact blocks' matrix products as they are, with the probabilities rounded to the input dtype for
@@ -16,24 +16,18 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-#: Low bits of a selection key that hold the pair index x * nb + y (reversed, for the tie rule).
-PAIR_BITS = 26
-#: Blocks per sequence the selection keys can index (nb² pairs in PAIR_BITS bits).
-MAX_BLOCKS = 2 ** (PAIR_BITS // 2)
-
-# A selection key, from its highest bits: prior sets (2 bits), the order-preserving score (32 bits),
-# the pair index x * nb + y reversed (PAIR_BITS bits, all ones minus the index). Kernels read module
-# constants only as constexprs (Triton 3.x).
-PAIR_MASK = tl.constexpr((1 << PAIR_BITS) - 1)
-SCORE_SHIFT = tl.constexpr(PAIR_BITS)
-PRIOR_SHIFT = tl.constexpr(PAIR_BITS + 32)
-
-
-@triton.jit
-def _bit_index(single_bit):
-    """Position (0-31) of the one set bit of an int32: the exponent of its (exact) float value."""
-    as_float = single_bit.to(tl.float32)
-    return ((as_float.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 127
+#: Precision of the products of block means (selection logits, the low-resolution part and its backward),
+#: fp32 operands: three TF32 tensor-core products that recover fp32's mantissa (about fp32's accuracy, so the
+#: selection ranks as with fp32 products), where IEEE fp32 runs as FMA loops. Kernels read module constants
+#: only as constexprs (Triton 3.x).
+MEANS_PRECISION = tl.constexpr("tf32x3")
+#: Integer arguments that follow the sequence's length: compiled as plain integers, not specialised as
+#: Triton does by default (on being 1, on divisibility by 16), so that a new length does not compile
+#: every kernel again. They scale scalar offsets only: nothing to vectorise.
+LENGTH_ARGUMENTS = [
+    "N", "NB", "NW", "K", "plane", "bitmap_plane", "tally_plane",
+    "stride_qb", "stride_kb", "stride_vb", "stride_ob", "stride_gb", "stride_xb",
+]  # fmt: skip
 
 
 @triton.jit
@@ -51,7 +45,7 @@ def _means_tile(means_ptr, bh, blocks, blocks_ok, NB, D, d, d_ok):
     return tl.load(means_ptr + offsets, mask=blocks_ok[:, None] & d_ok[None, :], other=0.0)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=LENGTH_ARGUMENTS)
 def block_means_kernel(
     q_ptr, k_ptr, v_ptr, real_ptr, means_ptr, counts_ptr,
     stride_qb, stride_qh, stride_qn, stride_qd,
@@ -88,20 +82,21 @@ def block_means_kernel(
 def _block_logits(query_means, means_ptr, plane, bh, ys, ys_ok, NB, D, d, d_ok, scaling):
     """log mu (eq. 12) of TILE query blocks against key blocks ``ys``: (TILE, TILE) fp32."""
     key_means = _means_tile(means_ptr + plane, bh, ys, ys_ok, NB, D, d, d_ok)
-    return tl.dot(query_means, tl.trans(key_means), input_precision="ieee") * scaling
+    return tl.dot(query_means, tl.trans(key_means), input_precision=MEANS_PRECISION) * scaling
 
 
-@triton.jit
-def selection_keys_kernel(
-    means_ptr, counts_ptr, keys_ptr, plane, scaling,
+@triton.jit(do_not_specialize=LENGTH_ARGUMENTS)
+def selection_scores_kernel(
+    means_ptr, counts_ptr, cut_levels_ptr, scores_ptr, plane, scaling,
     H, NB, D, FIRST_N, DIAGONAL_N,
-    TILE: tl.constexpr, BLOCK_D: tl.constexpr,
+    PRIORS: tl.constexpr, TILE: tl.constexpr, BLOCK_D: tl.constexpr,
 ):  # fmt: skip
-    """Grid (cdiv(NB, TILE), B * H). Alg. 1's ranking of every block pair (x, y) as one int64 key,
-    larger = ranked first: the number of prior sets holding the pair (2 bits), then its score
-    log mu - row maximum as an order-preserving integer (32 bits), then the reversed pair index
-    (PAIR_BITS bits: ties go to the lowest x * NB + y). Pairs with a block without real tokens get
-    the lowest score (-inf) and no prior set. ``keys`` (B * H, NB * NB)."""
+    """Grid (cdiv(NB, TILE), B * H). Alg. 1's ranking of every block pair (x, y) as one fp32 value,
+    larger = ranked first (``scores`` (B * H, NB * NB)): its score log mu - row maximum, -inf for a
+    pair with a block without real tokens. With priors, a pair's level is the number of prior sets
+    holding it (0 when not eligible); pairs above the sequence's cut level (``cut_levels`` (B,): the
+    level at which its budget runs out) get +inf, those below -inf, so that one fp32 top-k and the
+    lowest pair index among ties at the threshold give the order (level, score, pair index)."""
     bh = tl.program_id(1).to(tl.int64)
     b = bh // H
     xs = tl.program_id(0) * TILE + tl.arange(0, TILE)
@@ -124,45 +119,116 @@ def selection_keys_kernel(
         eligible = query_real[:, None] & (tl.load(counts_ptr + b * NB + ys, mask=ys_ok, other=0) > 0)[None, :]
         logits = _block_logits(query_means, means_ptr, plane, bh, ys, ys_ok, NB, D, d, d_ok, scaling)
         score = tl.where(eligible, logits - row_max[:, None], float("-inf"))
-        score = tl.where(score == 0.0, 0.0, score)  # -0.0 and 0.0 rank alike
-        bits = score.to(tl.int32, bitcast=True)
-        # IEEE floats order as sign-magnitude integers: flip the magnitude of negatives, then shift
-        # the signed range to [0, 2**32).
-        ordered = tl.where(bits >= 0, bits, bits ^ 0x7FFFFFFF).to(tl.int64) + 2147483648
-        prior_sets = (xs[:, None] < FIRST_N).to(tl.int64) + (ys[None, :] < FIRST_N).to(tl.int64)
-        if DIAGONAL_N > 0:
-            prior_sets += (tl.abs(xs[:, None] - ys[None, :]) <= DIAGONAL_N // 2).to(tl.int64)
-        prior_sets = tl.where(eligible, prior_sets, 0)
+        if PRIORS:
+            level = (xs[:, None] < FIRST_N).to(tl.int32) + (ys[None, :] < FIRST_N).to(tl.int32)
+            if DIAGONAL_N > 0:
+                level += (tl.abs(xs[:, None] - ys[None, :]) <= DIAGONAL_N // 2).to(tl.int32)
+            level = tl.where(eligible, level, 0)
+            cut = tl.load(cut_levels_ptr + b)
+            score = tl.where(level > cut, float("inf"), tl.where(level == cut, score, float("-inf")))
         pair = xs[:, None].to(tl.int64) * NB + ys[None, :]
-        key = (prior_sets << PRIOR_SHIFT) | (ordered << SCORE_SHIFT) | (pair ^ PAIR_MASK)
-        tl.store(keys_ptr + bh * NB * NB + pair, key, mask=xs_ok[:, None] & ys_ok[None, :])
+        tl.store(scores_ptr + bh * NB * NB + pair, score, mask=xs_ok[:, None] & ys_ok[None, :])
 
 
 @triton.jit
-def selected_bitmaps_kernel(
-    top_keys_ptr, counts_ptr, bitmaps_ptr, bitmap_plane,
-    H, NB, NW, K, BLOCK_PER_ROW,
-    BLOCK: tl.constexpr, BLOCK_NB: tl.constexpr,
-):  # fmt: skip
-    """Grid (cdiv(K, BLOCK), B * H). The budget of sequence b (block_per_row x its query blocks
-    holding a real token, at most all real pairs) keeps the first ``budget`` of the K largest keys
-    (``top_keys`` (B * H, K), descending); each kept pair (x, y) sets bit y of row x in the
-    row-major bitmap and bit x of row y in the column-major one (``bitmaps`` (2, B * H, NB, NW) int32,
-    zeroed)."""
-    bh = tl.program_id(1).to(tl.int64)
-    b = bh // H
+def _budget_and_threshold(counts_ptr, top_ptr, b, bh, NB, K, BLOCK_PER_ROW, BLOCK: tl.constexpr):
+    """Sequence b's budget (block_per_row x its query blocks holding a real token, at most all real
+    pairs) and the threshold: the budget-th largest value of head bh (``top`` (B * H, K), descending)."""
     real_blocks = 0
-    for c0 in range(0, NB, BLOCK_NB):
-        c = c0 + tl.arange(0, BLOCK_NB)
+    for c0 in range(0, NB, BLOCK):
+        c = c0 + tl.arange(0, BLOCK)
         real_blocks += tl.sum((tl.load(counts_ptr + b * NB + c, mask=c < NB, other=0) > 0).to(tl.int32), 0)
     budget = tl.minimum(real_blocks * BLOCK_PER_ROW, real_blocks * real_blocks)
-    rank = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    kept = (rank < K) & (rank < budget)
-    key = tl.load(top_keys_ptr + bh * K + rank, mask=kept, other=0)
-    pair = ((key & PAIR_MASK) ^ PAIR_MASK).to(tl.int32)
-    x, y = pair // NB, pair % NB
-    tl.atomic_or(bitmaps_ptr + (bh * NB + x) * NW + y // 32, 1 << (y % 32), mask=kept)
-    tl.atomic_or(bitmaps_ptr + bitmap_plane + (bh * NB + y) * NW + x // 32, 1 << (x % 32), mask=kept)
+    return budget, tl.load(top_ptr + bh * K + tl.maximum(budget - 1, 0))
+
+
+@triton.jit(do_not_specialize=LENGTH_ARGUMENTS)
+def threshold_tally_kernel(
+    scores_ptr, top_ptr, counts_ptr, tally_ptr, tally_plane,
+    H, NB, K, BLOCK_PER_ROW,
+    ROWS: tl.constexpr, BLOCK: tl.constexpr,
+):  # fmt: skip
+    """Grid (cdiv(NB, ROWS), B * H). Per query block x, its pairs ranked above the threshold and those
+    tied with it (``tally`` (2, B * H, NB) int32)."""
+    bh = tl.program_id(1).to(tl.int64)
+    b = bh // H
+    _, threshold = _budget_and_threshold(counts_ptr, top_ptr, b, bh, NB, K, BLOCK_PER_ROW, BLOCK)
+    xs = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    xs_ok = xs < NB
+    above = tl.zeros([ROWS], tl.int32)
+    tied = tl.zeros([ROWS], tl.int32)
+    for y0 in range(0, NB, 32):
+        ys = y0 + tl.arange(0, 32)
+        ok = xs_ok[:, None] & (ys < NB)[None, :]
+        value = tl.load(scores_ptr + bh * NB * NB + xs[:, None].to(tl.int64) * NB + ys[None, :], mask=ok, other=0.0)
+        above += tl.sum((ok & (value > threshold)).to(tl.int32), 1)
+        tied += tl.sum((ok & (value == threshold)).to(tl.int32), 1)
+    tl.store(tally_ptr + bh * NB + xs, above, mask=xs_ok)
+    tl.store(tally_ptr + tally_plane + bh * NB + xs, tied, mask=xs_ok)
+
+
+@triton.jit(do_not_specialize=LENGTH_ARGUMENTS)
+def selected_pairs_kernel(
+    scores_ptr, top_ptr, counts_ptr, tally_ptr, bitmaps_ptr, pairs_ptr, offsets_ptr, tally_plane, bitmap_plane,
+    H, NB, NW, K, BLOCK_PER_ROW,
+    BITMAPS: tl.constexpr, BLOCK: tl.constexpr,
+):  # fmt: skip
+    """Grid (NW, B * H): query blocks x0 = 32 x program .. x0 + 31. The budget's pairs: those above
+    the threshold, then of those tied with it the lowest (x, y) in row-major order, as many as the
+    budget leaves (Alg. 1's tie rule: appended padding cannot change the choice). Writes each query
+    block's selected key blocks, ascending, as the pair indices x * NB + y of the head's list
+    (``pairs`` (B * H, K) int32, row x at [``offsets``[x], ``offsets``[x + 1]), ``offsets``
+    (B * H, NB + 1) int32) and, with BITMAPS, the row-major bitmap (bit y of word y // 32 of row x)
+    and the column-major one (bit x of row y) (``bitmaps`` (2, B * H, NB, NW) int32), every word
+    written once, no atomics."""
+    bh = tl.program_id(1).to(tl.int64)
+    b = bh // H
+    budget, threshold = _budget_and_threshold(counts_ptr, top_ptr, b, bh, NB, K, BLOCK_PER_ROW, BLOCK)
+    x0 = tl.program_id(0) * 32
+    # The pairs above the threshold, and the ties and selected pairs of the query blocks before x0.
+    above_total = 0
+    for c0 in range(0, NB, BLOCK):
+        c = c0 + tl.arange(0, BLOCK)
+        above_total += tl.sum(tl.load(tally_ptr + bh * NB + c, mask=c < NB, other=0), 0)
+    tied_left = budget - above_total  # ties the budget keeps
+    tied_before = 0
+    selected_before = 0
+    for c0 in range(0, x0, BLOCK):
+        c = c0 + tl.arange(0, BLOCK)
+        c_ok = c < x0
+        above = tl.load(tally_ptr + bh * NB + c, mask=c_ok, other=0)
+        tied = tl.load(tally_ptr + tally_plane + bh * NB + c, mask=c_ok, other=0)
+        tied_rank = tied_before + tl.cumsum(tied, 0) - tied  # ties of the earlier rows
+        selected_before += tl.sum(above + tl.minimum(tl.maximum(tied_left - tied_rank, 0), tied), 0)
+        tied_before += tl.sum(tied, 0)
+    xs = x0 + tl.arange(0, 32)
+    xs_ok = xs < NB
+    above = tl.load(tally_ptr + bh * NB + xs, mask=xs_ok, other=0)
+    tied = tl.load(tally_ptr + tally_plane + bh * NB + xs, mask=xs_ok, other=0)
+    tied_rank = tied_before + tl.cumsum(tied, 0) - tied  # (32,) ties before each own row
+    selected = above + tl.minimum(tl.maximum(tied_left - tied_rank, 0), tied)
+    ends = selected_before + tl.cumsum(selected, 0)
+    tl.store(offsets_ptr + bh * (NB + 1) + xs + 1, ends, mask=xs_ok)
+    if x0 == 0:
+        tl.store(offsets_ptr + bh * (NB + 1), 0)
+    position = ends - selected  # (32,) the next list position of each own row
+    for w in range(0, NW):
+        ys = w * 32 + tl.arange(0, 32)
+        ok = xs_ok[:, None] & (ys < NB)[None, :]
+        pair = xs[:, None] * NB + ys[None, :]
+        value = tl.load(scores_ptr + bh * NB * NB + pair.to(tl.int64), mask=ok, other=0.0)
+        is_tied = (ok & (value == threshold)).to(tl.int32)
+        kept = ok & ((value > threshold) | ((is_tied != 0) & (tied_rank[:, None] + tl.cumsum(is_tied, 1) <= tied_left)))
+        tied_rank += tl.sum(is_tied, 1)
+        kept_count = kept.to(tl.int32)
+        target = position[:, None] + tl.cumsum(kept_count, 1) - 1
+        tl.store(pairs_ptr + bh * K + target, pair, mask=kept)
+        position += tl.sum(kept_count, 1)
+        if BITMAPS:  # distinct bits: their sum is their union
+            row_words = tl.sum(kept_count << (ys % 32)[None, :], 1)
+            tl.store(bitmaps_ptr + (bh * NB + xs) * NW + w, row_words, mask=xs_ok)
+            column_words = tl.sum(kept_count << (xs % 32)[:, None], 0)
+            tl.store(bitmaps_ptr + bitmap_plane + (bh * NB + ys) * NW + tl.program_id(0), column_words, mask=ys < NB)
 
 
 @triton.jit
@@ -180,7 +246,7 @@ def _low_resolution_weights(
     return tl.where((counts > 0)[None, :] & ~selected, scores, float("-inf"))
 
 
-@triton.jit
+@triton.jit(do_not_specialize=LENGTH_ARGUMENTS)
 def low_resolution_kernel(
     means_ptr, counts_ptr, bitmaps_ptr, low_out_ptr, low_lse_ptr, plane, scaling,
     H, NB, NW, D,
@@ -211,7 +277,7 @@ def low_resolution_kernel(
         rescale = tl.exp(row_max - reference)
         value_means = _means_tile(means_ptr + 2 * plane, bh, ys, ys_ok, NB, D, d, d_ok)
         total = total * rescale + tl.sum(probs, 1)
-        acc = acc * rescale[:, None] + tl.dot(probs, value_means, input_precision="ieee")
+        acc = acc * rescale[:, None] + tl.dot(probs, value_means, input_precision=MEANS_PRECISION)
         row_max = new_max
     nonempty = total > 0
     lse = tl.where(nonempty, row_max + tl.log(tl.where(nonempty, total, 1.0)), float("-inf"))
@@ -220,19 +286,19 @@ def low_resolution_kernel(
     tl.store(low_out_ptr + (bh * NB + xs[:, None]) * D + d[None, :], out, mask=xs_ok[:, None] & d_ok[None, :])
 
 
-@triton.jit
+@triton.jit(do_not_specialize=LENGTH_ARGUMENTS)
 def exact_forward_kernel(
-    q_ptr, k_ptr, v_ptr, real_ptr, bitmaps_ptr, low_out_ptr, low_lse_ptr, out_ptr, lse_ptr,
+    q_ptr, k_ptr, v_ptr, real_ptr, pairs_ptr, offsets_ptr, low_out_ptr, low_lse_ptr, out_ptr, lse_ptr,
     stride_qb, stride_qh, stride_qn, stride_qd,
     stride_kb, stride_kh, stride_kn, stride_kd,
     stride_vb, stride_vh, stride_vn, stride_vd,
     stride_ob, stride_oh, stride_on, stride_od,
-    scaling, H, N, NB, NW, D,
+    scaling, H, N, NB, K, D,
     HAS_MASK: tl.constexpr, LOW_RESOLUTION: tl.constexpr, PRECISION: tl.constexpr,
     BS: tl.constexpr, BLOCK_D: tl.constexpr,
 ):  # fmt: skip
     """Grid (NB, B * H). Alg. 2 at resolution 1 for the BS queries of block x: an online softmax over
-    the keys of its selected blocks (its bitmap row, ascending), then the low-resolution part as one
+    the keys of its selected blocks (its span of the pair list, ascending), then the low-resolution part as one
     extra key (value ``low_out[x]``, score ``low_lse[x]``), which merges both parts by their
     log-sum-exps (eq. 14). ``out`` (B, H, N, D) in q's dtype, ``lse`` (B * H, NB * BS) fp32; rows
     with no key at all give 0 and -inf."""
@@ -247,25 +313,21 @@ def exact_forward_kernel(
     row_max = tl.full([BS], float("-inf"), tl.float32)
     total = tl.zeros([BS], tl.float32)
     acc = tl.zeros([BS, BLOCK_D], tl.float32)
-    for w in range(0, NW):
-        word = tl.load(bitmaps_ptr + (bh * NB + x) * NW + w)
-        while word != 0:
-            lowest_bit = word & -word
-            word = word ^ lowest_bit
-            cols = (w * 32 + _bit_index(lowest_bit)) * BS + tl.arange(0, BS)
-            keys_ok = cols < N
-            if HAS_MASK:
-                keys_ok = keys_ok & (tl.load(real_ptr + b * N + cols, mask=keys_ok, other=0) != 0)
-            k = _block_rows(k_ptr, b * stride_kb + h * stride_kh, cols, cols < N, stride_kn, stride_kd, d, d_ok)
-            v = _block_rows(v_ptr, b * stride_vb + h * stride_vh, cols, cols < N, stride_vn, stride_vd, d, d_ok)
-            scores = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scaling
-            scores = tl.where(keys_ok[None, :], scores, float("-inf"))
-            new_max = tl.maximum(row_max, tl.max(scores, 1))  # finite: a selected block holds a real key
-            probs = tl.exp(scores - new_max[:, None])
-            rescale = tl.exp(row_max - new_max)
-            total = total * rescale + tl.sum(probs, 1)
-            acc = acc * rescale[:, None] + tl.dot(probs.to(v.dtype), v, input_precision=PRECISION)
-            row_max = new_max
+    for i in range(tl.load(offsets_ptr + bh * (NB + 1) + x), tl.load(offsets_ptr + bh * (NB + 1) + x + 1)):
+        cols = (tl.load(pairs_ptr + bh * K + i) - x * NB) * BS + tl.arange(0, BS)
+        keys_ok = cols < N
+        if HAS_MASK:
+            keys_ok = keys_ok & (tl.load(real_ptr + b * N + cols, mask=keys_ok, other=0) != 0)
+        k = _block_rows(k_ptr, b * stride_kb + h * stride_kh, cols, cols < N, stride_kn, stride_kd, d, d_ok)
+        v = _block_rows(v_ptr, b * stride_vb + h * stride_vh, cols, cols < N, stride_vn, stride_vd, d, d_ok)
+        scores = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scaling
+        scores = tl.where(keys_ok[None, :], scores, float("-inf"))
+        new_max = tl.maximum(row_max, tl.max(scores, 1))  # finite: a selected block holds a real key
+        probs = tl.exp(scores - new_max[:, None])
+        rescale = tl.exp(row_max - new_max)
+        total = total * rescale + tl.sum(probs, 1)
+        acc = acc * rescale[:, None] + tl.dot(probs.to(v.dtype), v, input_precision=PRECISION)
+        row_max = new_max
     if LOW_RESOLUTION:
         extra_score = tl.load(low_lse_ptr + bh * NB + x)
         extra_value = tl.load(low_out_ptr + (bh * NB + x) * D + d, mask=d_ok, other=0.0)
@@ -285,7 +347,7 @@ def exact_forward_kernel(
     tl.store(target, out.to(out_ptr.dtype.element_ty), mask=rows_ok[:, None] & d_ok[None, :])
 
 
-@triton.jit
+@triton.jit(do_not_specialize=LENGTH_ARGUMENTS)
 def backward_preprocess_kernel(
     out_ptr, grad_ptr, lse_ptr, delta_ptr, low_grad_ptr, low_weight_ptr, low_ref_ptr,
     stride_ob, stride_oh, stride_on, stride_od,
@@ -319,26 +381,27 @@ def backward_preprocess_kernel(
         tl.store(low_ref_ptr + bh * NB + x, reference)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=LENGTH_ARGUMENTS)
 def low_resolution_backward_kernel(
     means_ptr, counts_ptr, bitmaps_ptr, low_grad_ptr, low_weight_ptr, low_ref_ptr, grad_means_ptr,
     plane, bitmap_plane, scaling,
     H, NB, NW, D,
-    TILE: tl.constexpr, BLOCK_D: tl.constexpr,
+    AXIS: tl.constexpr, TILE: tl.constexpr, BLOCK_D: tl.constexpr,
 ):  # fmt: skip
-    """Grid (cdiv(NB, TILE), B * H, 2): gradients of the block means through the low-resolution
+    """Grid (cdiv(NB, TILE), B * H), launched once per AXIS: gradients of the block means through the low-resolution
     part (``grad_means`` (3, B * H, NB, D) fp32). With w_xy = exp(log(c_y mu_xy) - m_x) over the kept
     pairs, dl_xy = w_xy (G_x . v~_y - E_x) is the gradient of the score log(c_y mu_xy) (the
-    softmax's, merged with the exact part); programs of axis 2 = 0 sum over y per query-block tile
-    (d q~_x = scaling sum_y dl_xy k~_y), of axis 2 = 1 over x per key-block tile
-    (d k~_y = scaling sum_x dl_xy q~_x, d v~_y = sum_x w_xy G_x)."""
+    softmax's, merged with the exact part); AXIS 0 sums over y per query-block tile
+    (d q~_x = scaling sum_y dl_xy k~_y), AXIS 1 over x per key-block tile
+    (d k~_y = scaling sum_x dl_xy q~_x, d v~_y = sum_x w_xy G_x). A compile-time axis: each branch
+    its own kernel, with the registers of that branch only."""
     bh = tl.program_id(1).to(tl.int64)
     b = bh // H
     own = tl.program_id(0) * TILE + tl.arange(0, TILE)
     own_ok = own < NB
     d = tl.arange(0, BLOCK_D)
     d_ok = d < D
-    if tl.program_id(2) == 0:  # own = query blocks x
+    if AXIS == 0:  # own = query blocks x
         query_means = _means_tile(means_ptr, bh, own, own_ok, NB, D, d, d_ok)
         low_grad = _means_tile(low_grad_ptr, bh, own, own_ok, NB, D, d, d_ok)
         low_weight = tl.load(low_weight_ptr + bh * NB + own, mask=own_ok, other=0.0)
@@ -353,9 +416,9 @@ def low_resolution_backward_kernel(
             weights = tl.exp(scores - reference[:, None])
             key_means = _means_tile(means_ptr + plane, bh, ys, ys_ok, NB, D, d, d_ok)
             value_means = _means_tile(means_ptr + 2 * plane, bh, ys, ys_ok, NB, D, d, d_ok)
-            dot_value = tl.dot(low_grad, tl.trans(value_means), input_precision="ieee")
+            dot_value = tl.dot(low_grad, tl.trans(value_means), input_precision=MEANS_PRECISION)
             grad_scores = weights * (dot_value - low_weight[:, None])
-            grad_query += tl.dot(grad_scores, key_means, input_precision="ieee")
+            grad_query += tl.dot(grad_scores, key_means, input_precision=MEANS_PRECISION)
         target = grad_means_ptr + (bh * NB + own[:, None]) * D + d[None, :]
         tl.store(target, grad_query * scaling, mask=own_ok[:, None] & d_ok[None, :])
     else:  # own = key blocks y; scores and weights transposed: (y, x)
@@ -372,7 +435,7 @@ def low_resolution_backward_kernel(
             low_grad = _means_tile(low_grad_ptr, bh, xs, xs_ok, NB, D, d, d_ok)
             low_weight = tl.load(low_weight_ptr + bh * NB + xs, mask=xs_ok, other=0.0)
             reference = tl.load(low_ref_ptr + bh * NB + xs, mask=xs_ok, other=0.0)
-            scores = tl.dot(key_means, tl.trans(query_means), input_precision="ieee") * scaling + log_counts[:, None]
+            scores = tl.dot(key_means, tl.trans(query_means), input_precision=MEANS_PRECISION) * scaling + log_counts[:, None]
             words = tl.load(
                 bitmaps_ptr + bitmap_plane + (bh * NB + own[:, None]) * NW + xs[None, :] // 32,
                 mask=own_ok[:, None] & xs_ok[None, :],
@@ -380,33 +443,35 @@ def low_resolution_backward_kernel(
             )
             kept = (counts > 0)[:, None] & (((words >> (xs[None, :] % 32)) & 1) == 0) & xs_ok[None, :]
             weights = tl.where(kept, tl.exp(scores - reference[None, :]), 0.0)
-            dot_value = tl.dot(value_means, tl.trans(low_grad), input_precision="ieee")
+            dot_value = tl.dot(value_means, tl.trans(low_grad), input_precision=MEANS_PRECISION)
             grad_scores = weights * (dot_value - low_weight[None, :])
-            grad_key += tl.dot(grad_scores, query_means, input_precision="ieee")
-            grad_value += tl.dot(weights, low_grad, input_precision="ieee")
+            grad_key += tl.dot(grad_scores, query_means, input_precision=MEANS_PRECISION)
+            grad_value += tl.dot(weights, low_grad, input_precision=MEANS_PRECISION)
         target = grad_means_ptr + (bh * NB + own[:, None]) * D + d[None, :]
         tile_ok = own_ok[:, None] & d_ok[None, :]
         tl.store(target + plane, grad_key * scaling, mask=tile_ok)
         tl.store(target + 2 * plane, grad_value, mask=tile_ok)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=LENGTH_ARGUMENTS)
 def exact_backward_kernel(
-    q_ptr, k_ptr, v_ptr, real_ptr, grad_ptr, lse_ptr, delta_ptr, bitmaps_ptr, counts_ptr, grad_means_ptr,
+    q_ptr, k_ptr, v_ptr, real_ptr, grad_ptr, lse_ptr, delta_ptr, pairs_ptr, offsets_ptr, counts_ptr, grad_means_ptr,
     dq_ptr, dk_ptr, dv_ptr,
     stride_qb, stride_qh, stride_qn, stride_qd,
     stride_kb, stride_kh, stride_kn, stride_kd,
     stride_vb, stride_vh, stride_vn, stride_vd,
     stride_gb, stride_gh, stride_gn, stride_gd,
     stride_xb, stride_xh, stride_xn, stride_xd,
-    plane, bitmap_plane, scaling, H, N, NB, NW, D,
-    HAS_MASK: tl.constexpr, LOW_RESOLUTION: tl.constexpr, PRECISION: tl.constexpr,
+    plane, scaling, H, N, NB, K, D,
+    AXIS: tl.constexpr, HAS_MASK: tl.constexpr, LOW_RESOLUTION: tl.constexpr, PRECISION: tl.constexpr,
     BS: tl.constexpr, BLOCK_D: tl.constexpr,
 ):  # fmt: skip
-    """Grid (NB, B * H, 2). The exact blocks' backward, recomputing P = exp(S - lse):
-    dS = P (dO V^T - delta). Axis 2 = 0: block x's dQ = scaling dS K over its selected key blocks
-    (its bitmap row); axis 2 = 1: block y's dK = scaling dS^T Q and dV = P^T dO over the query
-    blocks that selected it (its column-major bitmap row), each written once, no atomics. With the
+    """Grid (NB, B * H), launched once per AXIS (a compile-time axis: each branch its own kernel).
+    The exact blocks' backward, recomputing P = exp(S - lse): dS = P (dO V^T - delta). AXIS 0: block x's
+    dQ = scaling dS K over its selected key blocks (the row-major pair list, entries x * NB + y);
+    AXIS 1: block y's dK = scaling dS^T Q and dV = P^T dO over the query blocks that selected it (the
+    column-major list, entries y * NB + x), each written once, no atomics: ``pairs`` (B * H, K) int32,
+    block ``own``'s at [``offsets``[own], ``offsets``[own + 1]). With the
     low-resolution part, each real token also gets its block mean's gradient / c (eqs. 11, 17).
     ``dq``, ``dk``, ``dv`` share one layout (strides ``stride_x*``)."""
     own = tl.program_id(0)
@@ -421,33 +486,29 @@ def exact_backward_kernel(
     d_ok = d < D
     q_base, k_base, v_base = b * stride_qb + h * stride_qh, b * stride_kb + h * stride_kh, b * stride_vb + h * stride_vh
     g_base = b * stride_gb + h * stride_gh
-    bitmap_row = bitmaps_ptr + tl.program_id(2) * bitmap_plane + (bh * NB + own) * NW
+    first, last = tl.load(offsets_ptr + bh * (NB + 1) + own), tl.load(offsets_ptr + bh * (NB + 1) + own + 1)
     target = b * stride_xb + h * stride_xh + own_rows[:, None] * stride_xn + d[None, :] * stride_xd
     tile_ok = own_ok[:, None] & d_ok[None, :]
     count = tl.maximum(tl.load(counts_ptr + b * NB + own), 1).to(tl.float32)
-    if tl.program_id(2) == 0:  # own = query block x
+    if AXIS == 0:  # own = query block x
         q = _block_rows(q_ptr, q_base, own_rows, own_ok, stride_qn, stride_qd, d, d_ok)
         grad = _block_rows(grad_ptr, g_base, own_rows, own_ok, stride_gn, stride_gd, d, d_ok)
         lse = tl.load(lse_ptr + bh * NB * BS + own_rows)
         lse = tl.where(lse == float("-inf"), float("inf"), lse)  # a row without keys: P = 0
         delta = tl.load(delta_ptr + bh * NB * BS + own_rows)
         grad_q = tl.zeros([BS, BLOCK_D], tl.float32)
-        for w in range(0, NW):
-            word = tl.load(bitmap_row + w)
-            while word != 0:
-                lowest_bit = word & -word
-                word = word ^ lowest_bit
-                cols = (w * 32 + _bit_index(lowest_bit)) * BS + tl.arange(0, BS)
-                keys_ok = cols < N
-                if HAS_MASK:
-                    keys_ok = keys_ok & (tl.load(real_ptr + b * N + cols, mask=keys_ok, other=0) != 0)
-                k = _block_rows(k_ptr, k_base, cols, cols < N, stride_kn, stride_kd, d, d_ok)
-                v = _block_rows(v_ptr, v_base, cols, cols < N, stride_vn, stride_vd, d, d_ok)
-                scores = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scaling
-                probs = tl.where(keys_ok[None, :], tl.exp(scores - lse[:, None]), 0.0)
-                grad_probs = tl.dot(grad, tl.trans(v), input_precision=PRECISION)
-                grad_scores = probs * (grad_probs - delta[:, None])
-                grad_q += tl.dot(grad_scores.to(k.dtype), k, input_precision=PRECISION)
+        for i in range(first, last):
+            cols = (tl.load(pairs_ptr + bh * K + i) - own * NB) * BS + tl.arange(0, BS)
+            keys_ok = cols < N
+            if HAS_MASK:
+                keys_ok = keys_ok & (tl.load(real_ptr + b * N + cols, mask=keys_ok, other=0) != 0)
+            k = _block_rows(k_ptr, k_base, cols, cols < N, stride_kn, stride_kd, d, d_ok)
+            v = _block_rows(v_ptr, v_base, cols, cols < N, stride_vn, stride_vd, d, d_ok)
+            scores = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scaling
+            probs = tl.where(keys_ok[None, :], tl.exp(scores - lse[:, None]), 0.0)
+            grad_probs = tl.dot(grad, tl.trans(v), input_precision=PRECISION)
+            grad_scores = probs * (grad_probs - delta[:, None])
+            grad_q += tl.dot(grad_scores.to(k.dtype), k, input_precision=PRECISION)
         grad_q *= scaling
         if LOW_RESOLUTION:
             grad_mean = tl.load(grad_means_ptr + (bh * NB + own) * D + d, mask=d_ok, other=0.0)
@@ -458,24 +519,20 @@ def exact_backward_kernel(
         v = _block_rows(v_ptr, v_base, own_rows, own_ok, stride_vn, stride_vd, d, d_ok)
         grad_k = tl.zeros([BS, BLOCK_D], tl.float32)
         grad_v = tl.zeros([BS, BLOCK_D], tl.float32)
-        for w in range(0, NW):
-            word = tl.load(bitmap_row + w)
-            while word != 0:
-                lowest_bit = word & -word
-                word = word ^ lowest_bit
-                rows = (w * 32 + _bit_index(lowest_bit)) * BS + tl.arange(0, BS)
-                rows_ok = rows < N
-                q = _block_rows(q_ptr, q_base, rows, rows_ok, stride_qn, stride_qd, d, d_ok)
-                grad = _block_rows(grad_ptr, g_base, rows, rows_ok, stride_gn, stride_gd, d, d_ok)
-                lse = tl.load(lse_ptr + bh * NB * BS + rows)
-                lse = tl.where(lse == float("-inf"), float("inf"), lse)
-                delta = tl.load(delta_ptr + bh * NB * BS + rows)
-                scores = tl.dot(k, tl.trans(q), input_precision=PRECISION) * scaling
-                probs = tl.where(own_real[:, None], tl.exp(scores - lse[None, :]), 0.0)
-                grad_v += tl.dot(probs.to(grad.dtype), grad, input_precision=PRECISION)
-                grad_probs = tl.dot(v, tl.trans(grad), input_precision=PRECISION)
-                grad_scores = probs * (grad_probs - delta[None, :])
-                grad_k += tl.dot(grad_scores.to(q.dtype), q, input_precision=PRECISION)
+        for i in range(first, last):
+            rows = (tl.load(pairs_ptr + bh * K + i) - own * NB) * BS + tl.arange(0, BS)
+            rows_ok = rows < N
+            q = _block_rows(q_ptr, q_base, rows, rows_ok, stride_qn, stride_qd, d, d_ok)
+            grad = _block_rows(grad_ptr, g_base, rows, rows_ok, stride_gn, stride_gd, d, d_ok)
+            lse = tl.load(lse_ptr + bh * NB * BS + rows)
+            lse = tl.where(lse == float("-inf"), float("inf"), lse)
+            delta = tl.load(delta_ptr + bh * NB * BS + rows)
+            scores = tl.dot(k, tl.trans(q), input_precision=PRECISION) * scaling
+            probs = tl.where(own_real[:, None], tl.exp(scores - lse[None, :]), 0.0)
+            grad_v += tl.dot(probs.to(grad.dtype), grad, input_precision=PRECISION)
+            grad_probs = tl.dot(v, tl.trans(grad), input_precision=PRECISION)
+            grad_scores = probs * (grad_probs - delta[None, :])
+            grad_k += tl.dot(grad_scores.to(q.dtype), q, input_precision=PRECISION)
         grad_k *= scaling
         if LOW_RESOLUTION:
             grad_means = grad_means_ptr + (bh * NB + own) * D + d
