@@ -53,6 +53,10 @@ def kernel_work(length: int, heads: int, head_dim: int, block_size: int, dtype_b
         "selected_pairs_kernel": (0, scores + heads * nb * 8 + 2 * bitmap + lists),
         "low_resolution_kernel": (2 * logits, 3 * means + bitmap + means),
         "exact_forward_kernel": (2 * block_pairs, 4 * tokens + lists + means + rows),
+        # with every list within one piece (BLOCK_PER_ROW each), the merges only read each block's pieces
+        "merge_pieces_kernel": (0, 2 * heads * nb * 4),
+        "merge_gradient_pieces_kernel[AXIS=0]": (0, 2 * heads * nb * 4),
+        "merge_gradient_pieces_kernel[AXIS=1]": (0, 2 * heads * nb * 4),
         "backward_preprocess_kernel": (2 * heads * n * d, 2 * tokens + 2 * rows + means),
         # query side: logits, G . v~, dq~; key side: logits, v~ . G, dk~, dv~
         "low_resolution_backward_kernel[AXIS=0]": (3 * logits, 4 * means + bitmap + means),

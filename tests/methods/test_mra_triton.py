@@ -84,9 +84,22 @@ def bitmap_pairs(bitmap):
 # ----------------------------------------------------------------------------- the same function
 
 
-@pytest.mark.parametrize("name", METHODS)
-@pytest.mark.parametrize("options", [{}, PRIORS], ids=["budget", "priors"])
-def test_forward_and_gradients_equal_pairs_and_the_dense_formula(name, options):
+@pytest.fixture(params=[None, 2], ids=["whole-lists", "lists-in-pieces"])
+def list_piece(request, monkeypatch):
+    """The exact kernels' pieces: the default (these lists are never longer), or 2 entries, so that
+    most blocks' lists are walked in several programs and merged."""
+    if request.param:
+        monkeypatch.setattr(triton_backend, "LIST_PIECE", request.param)
+    return request.param
+
+
+@pytest.mark.parametrize(
+    "name, options, list_piece",
+    [(name, options, None) for name in METHODS for options in ({}, PRIORS)] + [("mra2", {}, 2)],
+    ids=["mra2-budget", "mra2-priors", "mra2_s-budget", "mra2_s-priors", "mra2-budget-lists-in-pieces"],
+    indirect=["list_piece"],
+)
+def test_forward_and_gradients_equal_pairs_and_the_dense_formula(name, options, list_piece):
     q, k, v, mask = padded_case()
     grad_out = torch.randn_like(q)
     ours = outputs_and_gradients(make(name, heads=1, **options), (q, k, v), mask, grad_out)
@@ -136,7 +149,7 @@ def test_an_input_shorter_than_a_rows_budget_of_blocks_runs():
     )
 
 
-def test_full_budget_is_exact_softmax_with_a_sequence_of_padding_only():
+def test_full_budget_is_exact_softmax_with_a_sequence_of_padding_only(list_piece):
     """At a budget of every pair (5 blocks, 5 per row; 3 real blocks in row 1, whose budget caps at
     its 9 real pairs) the output and the gradients are exact softmax attention's (mra2: with no pair
     left at low resolution it is mra2_s)."""
@@ -258,11 +271,12 @@ def test_a_model_compiles_in_one_graph_and_equals_eager():
         torch.testing.assert_close(grad, eager_grads.get(name, torch.zeros_like(grad)), atol=1e-6, rtol=1e-5)
 
 
-@pytest.mark.parametrize("name, forward, backward", [("mra2", 6, 5), ("mra2_s", 5, 3)])
+@pytest.mark.parametrize("name, forward, backward", [("mra2", 7, 7), ("mra2_s", 6, 5)])
 def test_kernel_launches_per_call(name, forward, backward, monkeypatch):
-    """The forward launches the means, selection-score, tally, pair-list, (low-resolution) and exact
-    kernels once each (besides one torch.topk of fp32 values), the backward the preprocess kernel and,
-    once per axis (a compile-time one), the (low-resolution and) exact backward kernels, whatever the length."""
+    """The forward launches the means, selection-score, tally, pair-list, (low-resolution), exact and
+    piece-merging kernels once each (besides one torch.topk of fp32 values), the backward the
+    preprocess kernel and, once per axis (a compile-time one), the (low-resolution), exact and
+    piece-merging backward kernels, whatever the length."""
     from hf_efficient_attn.methods.mra import triton_kernels as kernels
 
     launches = []
@@ -279,6 +293,7 @@ def test_kernel_launches_per_call(name, forward, backward, monkeypatch):
     out.sum().backward()
     assert len(launches) == forward + backward and len(set(launches)) == forward + backward, launches
     assert {axis for kernel, axis in launches if kernel.endswith("backward_kernel")} == {0, 1}
+    assert {axis for kernel, axis in launches if kernel == "merge_gradient_pieces_kernel"} == {0, 1}
 
 
 # ----------------------------------------------------------------------------- what it supports

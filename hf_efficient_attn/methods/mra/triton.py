@@ -4,7 +4,7 @@ selection, low-resolution and exact parts) and its backward in a few fused Trito
 in one graph and runs them as opaque calls. The same function as the ``gather`` and ``pairs``
 backends (docs/methods/mra.md), computed without host reads or data-dependent shapes:
 
-- forward, 6 launches and a top-k: the block means and counts of q, k, v (eqs. 11, 17); the score of
+- forward, 7 launches and a top-k: the block means and counts of q, k, v (eqs. 11, 17); the score of
   every block pair as one fp32 value that orders pairs by (prior sets, score) (Alg. 1; with priors,
   pairs above the level where the sequence's budget runs out are +inf, those below -inf); one
   ``torch.topk`` of the largest budget, of the values only: each head's threshold; per query block
@@ -12,14 +12,16 @@ backends (docs/methods/mra.md), computed without host reads or data-dependent sh
   each query block's ascending list of key blocks and (``mra2``) row- and column-major bitmaps; the
   low-resolution part per query block (eq. 13, ``mra2`` only); the exact blocks of each query block,
   walking its list, with an online softmax that merges the low-resolution part as one extra key
-  (Alg. 2, eq. 14). Saved for the backward: the output, each row's log-sum-exp, the block means and
-  counts, the bitmaps (nb² bits a head) and the pair lists, nothing of size n x blocks.
-- backward, 5 launches and a sort: dO . O per row and the low-resolution part's per-block sums; the
+  (Alg. 2, eq. 14), lists longer than :data:`LIST_PIECE` in pieces merged by a last kernel. Saved for
+  the backward: the output, each row's log-sum-exp, the block means and counts, the bitmaps (nb²
+  bits a head) and the pair lists, nothing of size n x blocks.
+- backward, 7 launches and a sort: dO . O per row and the low-resolution part's per-block sums; the
   block means' gradients through the low-resolution part (``mra2``), query side and key side; the
   exact blocks' dQ per query block and dK, dV per key block (its list of query blocks: the pair
   lists sorted by key block), FlashAttention-2's split, each written once, no atomics, which also
-  hand each real token its block mean's gradient. Each backward kernel is compiled once per side (a
-  compile-time axis), so that neither side pays the other's registers.
+  hand each real token its block mean's gradient; long lists in pieces added up by a last kernel.
+  Each backward kernel is compiled once per side (a compile-time axis), so that neither side pays
+  the other's registers.
 
 Supported: CUDA (elsewhere only under Triton's interpreter, ``TRITON_INTERPRET=1``, how the tests run
 it on CPU), fp32 / fp16 / bf16, ``block_size`` in :data:`BLOCK_SIZES`, head size up to
@@ -61,6 +63,11 @@ MAX_BATCH_HEADS = 65535
 MEANS_TILE = 32
 MEANS_TILE_WARPS = 8
 MEANS_TILE_STAGES = 1
+#: Most entries of a block's pair list one program of the exact kernels walks: a longer list (a key
+#: block that many query blocks selected, a query block with a flat row of scores) is cut into pieces
+#: of this many, merged by log-sum-exp forward and added up backward, so that no program walks more
+#: than this many blocks. A list holds block_per_row entries on average.
+LIST_PIECE = 32
 #: Block counts and per-block tallies summed per step by the selection's kernels.
 SUM_BLOCK = 1024
 #: Query blocks a program of the selection's tally and pair kernels handles: one int32 word of the
@@ -130,12 +137,12 @@ def _head_tile(head_dim: int) -> int:
     return max(16, 1 << (head_dim - 1).bit_length())
 
 
-def _block_warps(block_size: int, block_d: int, dtype: torch.dtype, backward: bool = False) -> int:
-    """Warps of the exact blocks' kernels: 4 up to a 64 x 64 tile of a block, 8 beyond, and 8 for fp32's
-    backward (ptxas, Triton 3.9, sm_90: blocks of 128 with heads of 128 spill 8.6 kB a thread in the bf16
-    backward with 4, 2.3 kB with 8; the fp32 key side spills 0.5-0.8 kB at 4 warps with blocks of 32,
-    none at 8). Not yet timed on a GPU."""
-    return 4 if block_size * block_d <= 64 * 64 and not (backward and dtype == torch.float32) else 8
+def _block_warps(block_size: int, block_d: int, dtype: torch.dtype) -> int:
+    """Warps of the exact blocks' kernels: 4 up to a 64 x 64 tile of a block in half precision, 8 beyond
+    and in fp32 (ptxas, Triton 3.9, sm_90: blocks of 128 with heads of 128 spill 8.6 kB a thread in the
+    bf16 backward with 4, 2.3 kB with 8; with blocks of 32, fp32's FMA products spill 0.5-0.8 kB in the
+    backward's key side and a little in the forward at 4, none at 8). Not yet timed on a GPU."""
+    return 4 if block_size * block_d <= 64 * 64 and dtype != torch.float32 else 8
 
 
 def _precision(dtype: torch.dtype) -> str:
@@ -192,6 +199,7 @@ def launch_forward(
         block_means_kernel,
         exact_forward_kernel,
         low_resolution_kernel,
+        merge_pieces_kernel,
         selected_pairs_kernel,
         selection_scores_kernel,
         threshold_tally_kernel,
@@ -246,11 +254,17 @@ def launch_forward(
             )  # fmt: skip
         out = _output_like(q)
         lse = q.new_empty(batch_heads, blocks * block_size, dtype=torch.float32)
-        exact_forward_kernel[(blocks, batch_heads)](
-            q, k, v, real, pairs, offsets, low_out, low_lse, out, lse, *q.stride(), *k.stride(), *v.stride(),
-            *out.stride(), scaling, heads, length, blocks, most_pairs, head_dim, HAS_MASK=has_mask,
-            LOW_RESOLUTION=low_resolution, PRECISION=_precision(q.dtype), BS=block_size, BLOCK_D=block_d,
-            num_warps=_block_warps(block_size, block_d, q.dtype),
+        starts, owners, slots, items, slot_count = _list_pieces(offsets, most_pairs)
+        parts = q.new_empty(batch_heads, slot_count, block_size, head_dim + 2, dtype=torch.float32)
+        exact_forward_kernel[(items, batch_heads)](
+            q, k, v, real, pairs, offsets, starts, owners, slots, low_out, low_lse, out, lse, parts,
+            *q.stride(), *k.stride(), *v.stride(), *out.stride(), scaling, heads, length, blocks, most_pairs, head_dim,
+            items, slot_count, LIST_PIECE, HAS_MASK=has_mask, LOW_RESOLUTION=low_resolution,
+            PRECISION=_precision(q.dtype), BS=block_size, BLOCK_D=block_d, num_warps=_block_warps(block_size, block_d, q.dtype),
+        )  # fmt: skip
+        merge_pieces_kernel[(blocks, batch_heads)](
+            starts, slots, parts, low_out, low_lse, out, lse, *out.stride(), heads, length, blocks, head_dim, slot_count,
+            LOW_RESOLUTION=low_resolution, BS=block_size, BLOCK_D=block_d,
         )  # fmt: skip
         return out, lse, means, counts, bitmaps, pairs, offsets
 
@@ -283,6 +297,23 @@ def _column_lists(pairs: torch.Tensor, offsets: torch.Tensor, blocks: int) -> tu
     return transposed, torch.searchsorted(transposed, starts.expand(pairs.shape[0], -1).contiguous(), out_int32=True)
 
 
+def _list_pieces(offsets: torch.Tensor, most_pairs: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int, int]:
+    """The exact kernels' work items for pair lists whose spans are ``offsets`` (B * H, nb + 1): each
+    block's list in pieces of at most LIST_PIECE entries (one at least). Returns each block's first
+    item (B * H, nb + 1), each item's block (B * H, items; nb past the head's last item), each block's
+    first workspace slot, counting only blocks of several pieces (B * H, nb + 1), and the static
+    numbers of items and slots: a piece per block and per LIST_PIECE entries bound the items; a block
+    of several pieces has fewer than 2 x its entries / LIST_PIECE."""
+    batch_heads, blocks = offsets.shape[0], offsets.shape[1] - 1
+    pieces = (offsets.diff(dim=-1) + LIST_PIECE - 1).div(LIST_PIECE, rounding_mode="floor").clamp(min=1)
+    starts = torch.nn.functional.pad(pieces.cumsum(-1, dtype=torch.int32), (1, 0))
+    items = blocks + _cdiv(most_pairs, LIST_PIECE)
+    numbers = torch.arange(items, device=offsets.device, dtype=torch.int32).expand(batch_heads, -1).contiguous()
+    owners = torch.searchsorted(starts, numbers, right=True, out_int32=True) - 1
+    slots = torch.nn.functional.pad(torch.where(pieces > 1, pieces, 0).cumsum(-1, dtype=torch.int32), (1, 0))
+    return starts, owners, slots, items, max(1, _cdiv(2 * most_pairs, LIST_PIECE))
+
+
 def launch_backward(
     grad_out: torch.Tensor,
     q: torch.Tensor,
@@ -302,7 +333,12 @@ def launch_backward(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Gradients (dq, dk, dv) of :func:`launch_forward`'s output (module docstring), laid out as its
     output: the backward's launches, run by the custom operator :data:`mra_backward`."""
-    from .triton_kernels import backward_preprocess_kernel, exact_backward_kernel, low_resolution_backward_kernel
+    from .triton_kernels import (
+        backward_preprocess_kernel,
+        exact_backward_kernel,
+        low_resolution_backward_kernel,
+        merge_gradient_pieces_kernel,
+    )
 
     with _on_gpu_of(q):
         grad_out = grad_out.to(q.dtype)
@@ -330,13 +366,21 @@ def launch_backward(
                     num_warps=MEANS_TILE_WARPS, num_stages=MEANS_TILE_STAGES,
                 )  # fmt: skip
         dq, dk, dv = _output_like(q), _output_like(q), _output_like(q)
+        most_pairs = pairs.shape[1]
         for axis, (own_pairs, own_offsets) in enumerate([(pairs, offsets), _column_lists(pairs, offsets, blocks)]):
-            exact_backward_kernel[(blocks, batch_heads)](
-                q, k, v, real, grad_out, lse, delta, own_pairs, own_offsets, counts, grad_means, dq, dk, dv,
-                *q.stride(), *k.stride(), *v.stride(), *grad_out.stride(), *dq.stride(),
-                plane, scaling, heads, length, blocks, pairs.shape[1], head_dim, AXIS=axis, HAS_MASK=has_mask,
-                LOW_RESOLUTION=low_resolution, PRECISION=_precision(q.dtype), BS=block_size, BLOCK_D=block_d,
-                num_warps=_block_warps(block_size, block_d, q.dtype, backward=True),
+            starts, owners, slots, items, slot_count = _list_pieces(own_offsets, most_pairs)
+            parts = q.new_empty(1 + axis, batch_heads, slot_count, block_size, head_dim, dtype=torch.float32)
+            exact_backward_kernel[(items, batch_heads)](
+                q, k, v, real, grad_out, lse, delta, own_pairs, own_offsets, starts, owners, slots, counts, grad_means,
+                dq, dk, dv, parts, *q.stride(), *k.stride(), *v.stride(), *grad_out.stride(), *dq.stride(),
+                plane, parts[0].numel(), scaling, heads, length, blocks, most_pairs, head_dim, items, slot_count, LIST_PIECE,
+                AXIS=axis, HAS_MASK=has_mask, LOW_RESOLUTION=low_resolution, PRECISION=_precision(q.dtype),
+                BS=block_size, BLOCK_D=block_d, num_warps=_block_warps(block_size, block_d, q.dtype),
+            )  # fmt: skip
+            merge_gradient_pieces_kernel[(blocks, batch_heads)](
+                real, counts, starts, slots, parts, grad_means, dq, dk, dv, *dq.stride(), plane, parts[0].numel(),
+                scaling, heads, length, blocks, head_dim, slot_count, AXIS=axis, HAS_MASK=has_mask,
+                LOW_RESOLUTION=low_resolution, BS=block_size, BLOCK_D=block_d,
             )  # fmt: skip
         return dq, dk, dv
 

@@ -25,7 +25,7 @@ MEANS_PRECISION = tl.constexpr("tf32x3")
 #: Triton does by default (on being 1, on divisibility by 16), so that a new length does not compile
 #: every kernel again. They scale scalar offsets only: nothing to vectorise.
 LENGTH_ARGUMENTS = [
-    "N", "NB", "NW", "K", "plane", "bitmap_plane", "tally_plane",
+    "N", "NB", "NW", "K", "ITEMS", "SLOTS", "plane", "bitmap_plane", "tally_plane", "part_plane",
     "stride_qb", "stride_kb", "stride_vb", "stride_ob", "stride_gb", "stride_xb",
 ]  # fmt: skip
 
@@ -286,58 +286,45 @@ def low_resolution_kernel(
     tl.store(low_out_ptr + (bh * NB + xs[:, None]) * D + d[None, :], out, mask=xs_ok[:, None] & d_ok[None, :])
 
 
-@triton.jit(do_not_specialize=LENGTH_ARGUMENTS)
-def exact_forward_kernel(
-    q_ptr, k_ptr, v_ptr, real_ptr, pairs_ptr, offsets_ptr, low_out_ptr, low_lse_ptr, out_ptr, lse_ptr,
-    stride_qb, stride_qh, stride_qn, stride_qd,
-    stride_kb, stride_kh, stride_kn, stride_kd,
-    stride_vb, stride_vh, stride_vn, stride_vd,
-    stride_ob, stride_oh, stride_on, stride_od,
-    scaling, H, N, NB, K, D,
-    HAS_MASK: tl.constexpr, LOW_RESOLUTION: tl.constexpr, PRECISION: tl.constexpr,
-    BS: tl.constexpr, BLOCK_D: tl.constexpr,
+@triton.jit
+def _merged(row_max, total, acc, score, weight, value):
+    """The online softmax's state (running maximum, sum, weighted values of BS rows) with another part
+    merged in: scores ``score`` (its maximum), ``weight`` = sum of exp(score_j - score), ``value`` =
+    sum of exp(score_j - score) v_j; -inf (an empty part or state) contributes nothing (eq. 14)."""
+    new_max = tl.maximum(row_max, score)
+    reference = tl.where(new_max == float("-inf"), 0.0, new_max)
+    rescale = tl.exp(row_max - reference)
+    other = tl.exp(score - reference)
+    return new_max, total * rescale + weight * other, acc * rescale[:, None] + other[:, None] * value
+
+
+@triton.jit
+def _list_piece(item, bh, offsets_ptr, starts_ptr, owners_ptr, slots_ptr, NB, ITEMS, PIECE):
+    """Work item ``item`` of head bh: the block that owns it (NB past the head's last item), the span
+    [first, last) of that block's list it walks (at most PIECE entries), the block's number of pieces,
+    and the item's workspace slot where that is more than one (``starts``, ``owners``, ``slots``:
+    :func:`.triton._list_pieces`)."""
+    own = tl.load(owners_ptr + bh * ITEMS + item)
+    span = bh * (NB + 1) + tl.minimum(own, NB - 1)
+    start = tl.load(starts_ptr + span)
+    piece = item - start
+    first = tl.load(offsets_ptr + span) + piece * PIECE
+    last = tl.minimum(first + PIECE, tl.load(offsets_ptr + span + 1))
+    return own, first, last, tl.load(starts_ptr + span + 1) - start, tl.load(slots_ptr + span) + piece
+
+
+@triton.jit
+def _store_rows(
+    row_max, total, acc, x, bh, b, h, rows, rows_ok, d, d_ok, low_out_ptr, low_lse_ptr, out_ptr, lse_ptr,
+    stride_ob, stride_oh, stride_on, stride_od, NB, D, BS: tl.constexpr, LOW_RESOLUTION: tl.constexpr,
 ):  # fmt: skip
-    """Grid (NB, B * H). Alg. 2 at resolution 1 for the BS queries of block x: an online softmax over
-    the keys of its selected blocks (its span of the pair list, ascending), then the low-resolution part as one
-    extra key (value ``low_out[x]``, score ``low_lse[x]``), which merges both parts by their
-    log-sum-exps (eq. 14). ``out`` (B, H, N, D) in q's dtype, ``lse`` (B * H, NB * BS) fp32; rows
-    with no key at all give 0 and -inf."""
-    x = tl.program_id(0)
-    bh = tl.program_id(1).to(tl.int64)
-    b, h = bh // H, bh % H
-    rows = x * BS + tl.arange(0, BS)
-    rows_ok = rows < N
-    d = tl.arange(0, BLOCK_D)
-    d_ok = d < D
-    q = _block_rows(q_ptr, b * stride_qb + h * stride_qh, rows, rows_ok, stride_qn, stride_qd, d, d_ok)
-    row_max = tl.full([BS], float("-inf"), tl.float32)
-    total = tl.zeros([BS], tl.float32)
-    acc = tl.zeros([BS, BLOCK_D], tl.float32)
-    for i in range(tl.load(offsets_ptr + bh * (NB + 1) + x), tl.load(offsets_ptr + bh * (NB + 1) + x + 1)):
-        cols = (tl.load(pairs_ptr + bh * K + i) - x * NB) * BS + tl.arange(0, BS)
-        keys_ok = cols < N
-        if HAS_MASK:
-            keys_ok = keys_ok & (tl.load(real_ptr + b * N + cols, mask=keys_ok, other=0) != 0)
-        k = _block_rows(k_ptr, b * stride_kb + h * stride_kh, cols, cols < N, stride_kn, stride_kd, d, d_ok)
-        v = _block_rows(v_ptr, b * stride_vb + h * stride_vh, cols, cols < N, stride_vn, stride_vd, d, d_ok)
-        scores = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scaling
-        scores = tl.where(keys_ok[None, :], scores, float("-inf"))
-        new_max = tl.maximum(row_max, tl.max(scores, 1))  # finite: a selected block holds a real key
-        probs = tl.exp(scores - new_max[:, None])
-        rescale = tl.exp(row_max - new_max)
-        total = total * rescale + tl.sum(probs, 1)
-        acc = acc * rescale[:, None] + tl.dot(probs.to(v.dtype), v, input_precision=PRECISION)
-        row_max = new_max
+    """Query block x's output and log-sum-exps from its exact part's softmax state: the low-resolution
+    part merged as one extra key (value ``low_out[x]``, score ``low_lse[x]``; eq. 14); rows with no
+    key at all give 0 and -inf."""
     if LOW_RESOLUTION:
         extra_score = tl.load(low_lse_ptr + bh * NB + x)
         extra_value = tl.load(low_out_ptr + (bh * NB + x) * D + d, mask=d_ok, other=0.0)
-        new_max = tl.maximum(row_max, extra_score)
-        reference = tl.where(new_max == float("-inf"), 0.0, new_max)
-        rescale = tl.exp(row_max - reference)
-        extra_weight = tl.exp(extra_score - reference)
-        total = total * rescale + extra_weight
-        acc = acc * rescale[:, None] + extra_weight[:, None] * extra_value[None, :]
-        row_max = new_max
+        row_max, total, acc = _merged(row_max, total, acc, extra_score, 1.0, extra_value[None, :])
     nonempty = total > 0
     safe_total = tl.where(nonempty, total, 1.0)
     lse = tl.where(nonempty, row_max + tl.log(safe_total), float("-inf"))
@@ -345,6 +332,99 @@ def exact_forward_kernel(
     tl.store(lse_ptr + bh * NB * BS + rows, lse)
     target = out_ptr + b * stride_ob + h * stride_oh + rows[:, None] * stride_on + d[None, :] * stride_od
     tl.store(target, out.to(out_ptr.dtype.element_ty), mask=rows_ok[:, None] & d_ok[None, :])
+
+
+@triton.jit(do_not_specialize=LENGTH_ARGUMENTS)
+def exact_forward_kernel(
+    q_ptr, k_ptr, v_ptr, real_ptr, pairs_ptr, offsets_ptr, starts_ptr, owners_ptr, slots_ptr,
+    low_out_ptr, low_lse_ptr, out_ptr, lse_ptr, parts_ptr,
+    stride_qb, stride_qh, stride_qn, stride_qd,
+    stride_kb, stride_kh, stride_kn, stride_kd,
+    stride_vb, stride_vh, stride_vn, stride_vd,
+    stride_ob, stride_oh, stride_on, stride_od,
+    scaling, H, N, NB, K, D, ITEMS, SLOTS, PIECE,
+    HAS_MASK: tl.constexpr, LOW_RESOLUTION: tl.constexpr, PRECISION: tl.constexpr,
+    BS: tl.constexpr, BLOCK_D: tl.constexpr,
+):  # fmt: skip
+    """Grid (ITEMS, B * H): a piece of at most PIECE entries of query block x's list of selected key
+    blocks (ascending) a program. Alg. 2 at resolution 1 for the BS queries of block x: an online
+    softmax over the keys of the piece's blocks. A block of one piece then merges the low-resolution
+    part and writes ``out`` (B, H, N, D) in q's dtype and ``lse`` (B * H, NB * BS) fp32
+    (:func:`_store_rows`); a longer list writes each piece's state to its slot of ``parts``
+    (B * H, SLOTS, BS, D + 2) fp32: weighted values, running maximum, sum), which
+    :func:`merge_pieces_kernel` merges, so that a block selected by many rows costs no single
+    program more than PIECE blocks."""
+    bh = tl.program_id(1).to(tl.int64)
+    b, h = bh // H, bh % H
+    item = tl.program_id(0)
+    x, first, last, pieces, slot = _list_piece(item, bh, offsets_ptr, starts_ptr, owners_ptr, slots_ptr, NB, ITEMS, PIECE)
+    if x < NB:
+        rows = x * BS + tl.arange(0, BS)
+        rows_ok = rows < N
+        d = tl.arange(0, BLOCK_D)
+        d_ok = d < D
+        q = _block_rows(q_ptr, b * stride_qb + h * stride_qh, rows, rows_ok, stride_qn, stride_qd, d, d_ok)
+        row_max = tl.full([BS], float("-inf"), tl.float32)
+        total = tl.zeros([BS], tl.float32)
+        acc = tl.zeros([BS, BLOCK_D], tl.float32)
+        for i in range(first, last):
+            cols = (tl.load(pairs_ptr + bh * K + i) - x * NB) * BS + tl.arange(0, BS)
+            keys_ok = cols < N
+            if HAS_MASK:
+                keys_ok = keys_ok & (tl.load(real_ptr + b * N + cols, mask=keys_ok, other=0) != 0)
+            k = _block_rows(k_ptr, b * stride_kb + h * stride_kh, cols, cols < N, stride_kn, stride_kd, d, d_ok)
+            v = _block_rows(v_ptr, b * stride_vb + h * stride_vh, cols, cols < N, stride_vn, stride_vd, d, d_ok)
+            scores = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scaling
+            scores = tl.where(keys_ok[None, :], scores, float("-inf"))
+            new_max = tl.maximum(row_max, tl.max(scores, 1))  # finite: a selected block holds a real key
+            probs = tl.exp(scores - new_max[:, None])
+            rescale = tl.exp(row_max - new_max)
+            total = total * rescale + tl.sum(probs, 1)
+            acc = acc * rescale[:, None] + tl.dot(probs.to(v.dtype), v, input_precision=PRECISION)
+            row_max = new_max
+        if pieces == 1:
+            _store_rows(
+                row_max, total, acc, x, bh, b, h, rows, rows_ok, d, d_ok, low_out_ptr, low_lse_ptr, out_ptr, lse_ptr,
+                stride_ob, stride_oh, stride_on, stride_od, NB, D, BS, LOW_RESOLUTION,
+            )  # fmt: skip
+        else:
+            part = parts_ptr + ((bh * SLOTS + slot) * BS + tl.arange(0, BS)) * (D + 2)
+            tl.store(part[:, None] + d[None, :], acc, mask=d_ok[None, :])
+            tl.store(part + D, row_max)
+            tl.store(part + D + 1, total)
+
+
+@triton.jit(do_not_specialize=LENGTH_ARGUMENTS)
+def merge_pieces_kernel(
+    starts_ptr, slots_ptr, parts_ptr, low_out_ptr, low_lse_ptr, out_ptr, lse_ptr,
+    stride_ob, stride_oh, stride_on, stride_od,
+    H, N, NB, D, SLOTS,
+    LOW_RESOLUTION: tl.constexpr, BS: tl.constexpr, BLOCK_D: tl.constexpr,
+):  # fmt: skip
+    """Grid (NB, B * H). For a query block whose list :func:`exact_forward_kernel` walked in several
+    pieces: their softmax states merged in order (FlashDecoding's split, by log-sum-exp; no atomics),
+    then the low-resolution part, and its output and log-sum-exps written (:func:`_store_rows`)."""
+    x = tl.program_id(0)
+    bh = tl.program_id(1).to(tl.int64)
+    b, h = bh // H, bh % H
+    span = bh * (NB + 1) + x
+    pieces = tl.load(starts_ptr + span + 1) - tl.load(starts_ptr + span)
+    if pieces > 1:
+        rows = x * BS + tl.arange(0, BS)
+        d = tl.arange(0, BLOCK_D)
+        d_ok = d < D
+        row_max = tl.full([BS], float("-inf"), tl.float32)
+        total = tl.zeros([BS], tl.float32)
+        acc = tl.zeros([BS, BLOCK_D], tl.float32)
+        first_slot = tl.load(slots_ptr + span)
+        for slot in range(first_slot, first_slot + pieces):
+            part = parts_ptr + ((bh * SLOTS + slot) * BS + tl.arange(0, BS)) * (D + 2)
+            value = tl.load(part[:, None] + d[None, :], mask=d_ok[None, :], other=0.0)
+            row_max, total, acc = _merged(row_max, total, acc, tl.load(part + D), tl.load(part + D + 1), value)
+        _store_rows(
+            row_max, total, acc, x, bh, b, h, rows, rows < N, d, d_ok, low_out_ptr, low_lse_ptr, out_ptr, lse_ptr,
+            stride_ob, stride_oh, stride_on, stride_od, NB, D, BS, LOW_RESOLUTION,
+        )  # fmt: skip
 
 
 @triton.jit(do_not_specialize=LENGTH_ARGUMENTS)
@@ -453,90 +533,156 @@ def low_resolution_backward_kernel(
         tl.store(target + 2 * plane, grad_value, mask=tile_ok)
 
 
-@triton.jit(do_not_specialize=LENGTH_ARGUMENTS)
-def exact_backward_kernel(
-    q_ptr, k_ptr, v_ptr, real_ptr, grad_ptr, lse_ptr, delta_ptr, pairs_ptr, offsets_ptr, counts_ptr, grad_means_ptr,
-    dq_ptr, dk_ptr, dv_ptr,
-    stride_qb, stride_qh, stride_qn, stride_qd,
-    stride_kb, stride_kh, stride_kn, stride_kd,
-    stride_vb, stride_vh, stride_vn, stride_vd,
-    stride_gb, stride_gh, stride_gn, stride_gd,
-    stride_xb, stride_xh, stride_xn, stride_xd,
-    plane, scaling, H, N, NB, K, D,
-    AXIS: tl.constexpr, HAS_MASK: tl.constexpr, LOW_RESOLUTION: tl.constexpr, PRECISION: tl.constexpr,
-    BS: tl.constexpr, BLOCK_D: tl.constexpr,
-):  # fmt: skip
-    """Grid (NB, B * H), launched once per AXIS (a compile-time axis: each branch its own kernel).
-    The exact blocks' backward, recomputing P = exp(S - lse): dS = P (dO V^T - delta). AXIS 0: block x's
-    dQ = scaling dS K over its selected key blocks (the row-major pair list, entries x * NB + y);
-    AXIS 1: block y's dK = scaling dS^T Q and dV = P^T dO over the query blocks that selected it (the
-    column-major list, entries y * NB + x), each written once, no atomics: ``pairs`` (B * H, K) int32,
-    block ``own``'s at [``offsets``[own], ``offsets``[own + 1]). With the
-    low-resolution part, each real token also gets its block mean's gradient / c (eqs. 11, 17).
-    ``dq``, ``dk``, ``dv`` share one layout (strides ``stride_x*``)."""
-    own = tl.program_id(0)
-    bh = tl.program_id(1).to(tl.int64)
-    b, h = bh // H, bh % H
+@triton.jit
+def _own_block(own, b, N, NB, real_ptr, counts_ptr, BS: tl.constexpr, HAS_MASK: tl.constexpr):
+    """Block ``own``'s rows, which of them are in the sequence and which are real tokens, and its
+    number of real tokens (at least 1)."""
     own_rows = own * BS + tl.arange(0, BS)
     own_ok = own_rows < N
     own_real = own_ok
     if HAS_MASK:
         own_real = own_real & (tl.load(real_ptr + b * N + own_rows, mask=own_ok, other=0) != 0)
-    d = tl.arange(0, BLOCK_D)
-    d_ok = d < D
-    q_base, k_base, v_base = b * stride_qb + h * stride_qh, b * stride_kb + h * stride_kh, b * stride_vb + h * stride_vh
-    g_base = b * stride_gb + h * stride_gh
-    first, last = tl.load(offsets_ptr + bh * (NB + 1) + own), tl.load(offsets_ptr + bh * (NB + 1) + own + 1)
-    target = b * stride_xb + h * stride_xh + own_rows[:, None] * stride_xn + d[None, :] * stride_xd
-    tile_ok = own_ok[:, None] & d_ok[None, :]
-    count = tl.maximum(tl.load(counts_ptr + b * NB + own), 1).to(tl.float32)
-    if AXIS == 0:  # own = query block x
-        q = _block_rows(q_ptr, q_base, own_rows, own_ok, stride_qn, stride_qd, d, d_ok)
-        grad = _block_rows(grad_ptr, g_base, own_rows, own_ok, stride_gn, stride_gd, d, d_ok)
-        lse = tl.load(lse_ptr + bh * NB * BS + own_rows)
-        lse = tl.where(lse == float("-inf"), float("inf"), lse)  # a row without keys: P = 0
-        delta = tl.load(delta_ptr + bh * NB * BS + own_rows)
-        grad_q = tl.zeros([BS, BLOCK_D], tl.float32)
-        for i in range(first, last):
-            cols = (tl.load(pairs_ptr + bh * K + i) - own * NB) * BS + tl.arange(0, BS)
-            keys_ok = cols < N
-            if HAS_MASK:
-                keys_ok = keys_ok & (tl.load(real_ptr + b * N + cols, mask=keys_ok, other=0) != 0)
-            k = _block_rows(k_ptr, k_base, cols, cols < N, stride_kn, stride_kd, d, d_ok)
-            v = _block_rows(v_ptr, v_base, cols, cols < N, stride_vn, stride_vd, d, d_ok)
-            scores = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scaling
-            probs = tl.where(keys_ok[None, :], tl.exp(scores - lse[:, None]), 0.0)
-            grad_probs = tl.dot(grad, tl.trans(v), input_precision=PRECISION)
-            grad_scores = probs * (grad_probs - delta[:, None])
-            grad_q += tl.dot(grad_scores.to(k.dtype), k, input_precision=PRECISION)
-        grad_q *= scaling
-        if LOW_RESOLUTION:
-            grad_mean = tl.load(grad_means_ptr + (bh * NB + own) * D + d, mask=d_ok, other=0.0)
-            grad_q += tl.where(own_real[:, None], grad_mean[None, :] / count, 0.0)
-        tl.store(dq_ptr + target, grad_q.to(dq_ptr.dtype.element_ty), mask=tile_ok)
-    else:  # own = key block y; scores and probabilities transposed: (keys, queries)
-        k = _block_rows(k_ptr, k_base, own_rows, own_ok, stride_kn, stride_kd, d, d_ok)
-        v = _block_rows(v_ptr, v_base, own_rows, own_ok, stride_vn, stride_vd, d, d_ok)
-        grad_k = tl.zeros([BS, BLOCK_D], tl.float32)
-        grad_v = tl.zeros([BS, BLOCK_D], tl.float32)
-        for i in range(first, last):
-            rows = (tl.load(pairs_ptr + bh * K + i) - own * NB) * BS + tl.arange(0, BS)
-            rows_ok = rows < N
-            q = _block_rows(q_ptr, q_base, rows, rows_ok, stride_qn, stride_qd, d, d_ok)
-            grad = _block_rows(grad_ptr, g_base, rows, rows_ok, stride_gn, stride_gd, d, d_ok)
-            lse = tl.load(lse_ptr + bh * NB * BS + rows)
-            lse = tl.where(lse == float("-inf"), float("inf"), lse)
-            delta = tl.load(delta_ptr + bh * NB * BS + rows)
-            scores = tl.dot(k, tl.trans(q), input_precision=PRECISION) * scaling
-            probs = tl.where(own_real[:, None], tl.exp(scores - lse[None, :]), 0.0)
-            grad_v += tl.dot(probs.to(grad.dtype), grad, input_precision=PRECISION)
-            grad_probs = tl.dot(v, tl.trans(grad), input_precision=PRECISION)
-            grad_scores = probs * (grad_probs - delta[None, :])
-            grad_k += tl.dot(grad_scores.to(q.dtype), q, input_precision=PRECISION)
-        grad_k *= scaling
-        if LOW_RESOLUTION:
-            grad_means = grad_means_ptr + (bh * NB + own) * D + d
-            grad_k += tl.where(own_real[:, None], tl.load(grad_means + plane, mask=d_ok, other=0.0)[None, :] / count, 0.0)
-            grad_v += tl.where(own_real[:, None], tl.load(grad_means + 2 * plane, mask=d_ok, other=0.0)[None, :] / count, 0.0)
-        tl.store(dk_ptr + target, grad_k.to(dk_ptr.dtype.element_ty), mask=tile_ok)
-        tl.store(dv_ptr + target, grad_v.to(dv_ptr.dtype.element_ty), mask=tile_ok)
+    return own_rows, own_ok, own_real, tl.maximum(tl.load(counts_ptr + b * NB + own), 1).to(tl.float32)
+
+
+@triton.jit
+def _store_gradient(grad, scale, mean_grad_ptr, own_real, count, target, tile_ok, d, d_ok, LOW_RESOLUTION: tl.constexpr):
+    """grad x scale plus, with the low-resolution part, each real token's share of its block mean's
+    gradient (``mean_grad`` its row of D; eqs. 11, 17), stored at ``target`` in its dtype."""
+    grad = grad * scale
+    if LOW_RESOLUTION:
+        grad += tl.where(own_real[:, None], tl.load(mean_grad_ptr + d, mask=d_ok, other=0.0)[None, :] / count, 0.0)
+    tl.store(target, grad.to(target.dtype.element_ty), mask=tile_ok)
+
+
+@triton.jit(do_not_specialize=LENGTH_ARGUMENTS)
+def exact_backward_kernel(
+    q_ptr, k_ptr, v_ptr, real_ptr, grad_ptr, lse_ptr, delta_ptr, pairs_ptr, offsets_ptr, starts_ptr, owners_ptr,
+    slots_ptr, counts_ptr, grad_means_ptr, dq_ptr, dk_ptr, dv_ptr, parts_ptr,
+    stride_qb, stride_qh, stride_qn, stride_qd,
+    stride_kb, stride_kh, stride_kn, stride_kd,
+    stride_vb, stride_vh, stride_vn, stride_vd,
+    stride_gb, stride_gh, stride_gn, stride_gd,
+    stride_xb, stride_xh, stride_xn, stride_xd,
+    plane, part_plane, scaling, H, N, NB, K, D, ITEMS, SLOTS, PIECE,
+    AXIS: tl.constexpr, HAS_MASK: tl.constexpr, LOW_RESOLUTION: tl.constexpr, PRECISION: tl.constexpr,
+    BS: tl.constexpr, BLOCK_D: tl.constexpr,
+):  # fmt: skip
+    """Grid (ITEMS, B * H), launched once per AXIS (a compile-time axis: each branch its own kernel); a
+    piece of at most PIECE entries of block ``own``'s list a program. The exact blocks' backward,
+    recomputing P = exp(S - lse): dS = P (dO V^T - delta). AXIS 0: query block x's dQ = scaling dS K
+    over its selected key blocks (the row-major pair list, entries x * NB + y); AXIS 1: key block y's
+    dK = scaling dS^T Q and dV = P^T dO over the query blocks that selected it (the column-major list,
+    entries y * NB + x); ``pairs`` (B * H, K) int32, block ``own``'s at [``offsets``[own],
+    ``offsets``[own + 1]). A block of one piece writes its gradients, with the low-resolution part
+    plus each real token's share of its block mean's gradient (eqs. 11, 17); a longer list writes each
+    piece's sums to its slot of ``parts`` ((1 or 2), B * H, SLOTS, BS, D) fp32, which
+    :func:`merge_gradient_pieces_kernel` adds up. Each gradient written once, no atomics; ``dq``,
+    ``dk``, ``dv`` share one layout (strides ``stride_x*``)."""
+    bh = tl.program_id(1).to(tl.int64)
+    b, h = bh // H, bh % H
+    item = tl.program_id(0)
+    own, first, last, pieces, slot = _list_piece(item, bh, offsets_ptr, starts_ptr, owners_ptr, slots_ptr, NB, ITEMS, PIECE)
+    if own < NB:
+        own_rows, own_ok, own_real, count = _own_block(own, b, N, NB, real_ptr, counts_ptr, BS, HAS_MASK)
+        d = tl.arange(0, BLOCK_D)
+        d_ok = d < D
+        q_base, k_base, v_base = b * stride_qb + h * stride_qh, b * stride_kb + h * stride_kh, b * stride_vb + h * stride_vh
+        g_base = b * stride_gb + h * stride_gh
+        target = b * stride_xb + h * stride_xh + own_rows[:, None] * stride_xn + d[None, :] * stride_xd
+        tile_ok = own_ok[:, None] & d_ok[None, :]
+        mean_grad = grad_means_ptr + (bh * NB + own) * D
+        part = parts_ptr + ((bh * SLOTS + slot) * BS + tl.arange(0, BS))[:, None] * D + d[None, :]
+        if AXIS == 0:  # own = query block x
+            q = _block_rows(q_ptr, q_base, own_rows, own_ok, stride_qn, stride_qd, d, d_ok)
+            grad = _block_rows(grad_ptr, g_base, own_rows, own_ok, stride_gn, stride_gd, d, d_ok)
+            lse = tl.load(lse_ptr + bh * NB * BS + own_rows)
+            lse = tl.where(lse == float("-inf"), float("inf"), lse)  # a row without keys: P = 0
+            delta = tl.load(delta_ptr + bh * NB * BS + own_rows)
+            grad_q = tl.zeros([BS, BLOCK_D], tl.float32)
+            for i in range(first, last):
+                cols = (tl.load(pairs_ptr + bh * K + i) - own * NB) * BS + tl.arange(0, BS)
+                keys_ok = cols < N
+                if HAS_MASK:
+                    keys_ok = keys_ok & (tl.load(real_ptr + b * N + cols, mask=keys_ok, other=0) != 0)
+                k = _block_rows(k_ptr, k_base, cols, cols < N, stride_kn, stride_kd, d, d_ok)
+                v = _block_rows(v_ptr, v_base, cols, cols < N, stride_vn, stride_vd, d, d_ok)
+                scores = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scaling
+                probs = tl.where(keys_ok[None, :], tl.exp(scores - lse[:, None]), 0.0)
+                grad_probs = tl.dot(grad, tl.trans(v), input_precision=PRECISION)
+                grad_scores = probs * (grad_probs - delta[:, None])
+                grad_q += tl.dot(grad_scores.to(k.dtype), k, input_precision=PRECISION)
+            if pieces == 1:
+                _store_gradient(grad_q, scaling, mean_grad, own_real, count, dq_ptr + target, tile_ok, d, d_ok, LOW_RESOLUTION)
+            else:
+                tl.store(part, grad_q, mask=d_ok[None, :])
+        else:  # own = key block y; scores and probabilities transposed: (keys, queries)
+            k = _block_rows(k_ptr, k_base, own_rows, own_ok, stride_kn, stride_kd, d, d_ok)
+            v = _block_rows(v_ptr, v_base, own_rows, own_ok, stride_vn, stride_vd, d, d_ok)
+            grad_k = tl.zeros([BS, BLOCK_D], tl.float32)
+            grad_v = tl.zeros([BS, BLOCK_D], tl.float32)
+            for i in range(first, last):
+                rows = (tl.load(pairs_ptr + bh * K + i) - own * NB) * BS + tl.arange(0, BS)
+                rows_ok = rows < N
+                q = _block_rows(q_ptr, q_base, rows, rows_ok, stride_qn, stride_qd, d, d_ok)
+                grad = _block_rows(grad_ptr, g_base, rows, rows_ok, stride_gn, stride_gd, d, d_ok)
+                lse = tl.load(lse_ptr + bh * NB * BS + rows)
+                lse = tl.where(lse == float("-inf"), float("inf"), lse)
+                delta = tl.load(delta_ptr + bh * NB * BS + rows)
+                scores = tl.dot(k, tl.trans(q), input_precision=PRECISION) * scaling
+                probs = tl.where(own_real[:, None], tl.exp(scores - lse[None, :]), 0.0)
+                grad_v += tl.dot(probs.to(grad.dtype), grad, input_precision=PRECISION)
+                grad_probs = tl.dot(v, tl.trans(grad), input_precision=PRECISION)
+                grad_scores = probs * (grad_probs - delta[None, :])
+                grad_k += tl.dot(grad_scores.to(q.dtype), q, input_precision=PRECISION)
+            if pieces == 1:
+                _store_gradient(
+                    grad_k, scaling, mean_grad + plane, own_real, count, dk_ptr + target, tile_ok, d, d_ok, LOW_RESOLUTION
+                )
+                _store_gradient(
+                    grad_v, 1.0, mean_grad + 2 * plane, own_real, count, dv_ptr + target, tile_ok, d, d_ok, LOW_RESOLUTION
+                )
+            else:
+                tl.store(part, grad_k, mask=d_ok[None, :])
+                tl.store(part + part_plane, grad_v, mask=d_ok[None, :])
+
+
+@triton.jit(do_not_specialize=LENGTH_ARGUMENTS)
+def merge_gradient_pieces_kernel(
+    real_ptr, counts_ptr, starts_ptr, slots_ptr, parts_ptr, grad_means_ptr, dq_ptr, dk_ptr, dv_ptr,
+    stride_xb, stride_xh, stride_xn, stride_xd,
+    plane, part_plane, scaling, H, N, NB, D, SLOTS,
+    AXIS: tl.constexpr, HAS_MASK: tl.constexpr, LOW_RESOLUTION: tl.constexpr, BS: tl.constexpr, BLOCK_D: tl.constexpr,
+):  # fmt: skip
+    """Grid (NB, B * H), once per AXIS. For a block whose list :func:`exact_backward_kernel` walked in
+    several pieces: their sums added in order (deterministic, no atomics), then its gradients written
+    as a block of one piece writes them (AXIS 0: dQ; AXIS 1: dK, dV)."""
+    own = tl.program_id(0)
+    bh = tl.program_id(1).to(tl.int64)
+    b, h = bh // H, bh % H
+    span = bh * (NB + 1) + own
+    pieces = tl.load(starts_ptr + span + 1) - tl.load(starts_ptr + span)
+    if pieces > 1:
+        own_rows, own_ok, own_real, count = _own_block(own, b, N, NB, real_ptr, counts_ptr, BS, HAS_MASK)
+        d = tl.arange(0, BLOCK_D)
+        d_ok = d < D
+        first_slot = tl.load(slots_ptr + span)
+        grad_a = tl.zeros([BS, BLOCK_D], tl.float32)  # dQ, or dK
+        grad_b = tl.zeros([BS, BLOCK_D], tl.float32)  # dV
+        for slot in range(first_slot, first_slot + pieces):
+            part = parts_ptr + ((bh * SLOTS + slot) * BS + tl.arange(0, BS))[:, None] * D + d[None, :]
+            grad_a += tl.load(part, mask=d_ok[None, :], other=0.0)
+            if AXIS == 1:
+                grad_b += tl.load(part + part_plane, mask=d_ok[None, :], other=0.0)
+        target = b * stride_xb + h * stride_xh + own_rows[:, None] * stride_xn + d[None, :] * stride_xd
+        tile_ok = own_ok[:, None] & d_ok[None, :]
+        mean_grad = grad_means_ptr + (bh * NB + own) * D
+        if AXIS == 0:
+            _store_gradient(grad_a, scaling, mean_grad, own_real, count, dq_ptr + target, tile_ok, d, d_ok, LOW_RESOLUTION)
+        else:
+            _store_gradient(
+                grad_a, scaling, mean_grad + plane, own_real, count, dk_ptr + target, tile_ok, d, d_ok, LOW_RESOLUTION
+            )
+            _store_gradient(
+                grad_b, 1.0, mean_grad + 2 * plane, own_real, count, dv_ptr + target, tile_ok, d, d_ok, LOW_RESOLUTION
+            )
