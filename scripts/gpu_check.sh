@@ -9,7 +9,7 @@
 #
 # Stages: CUDA tests (pytest --device cuda), attention and whole-model benchmarks against flash SDPA
 # (mra2 with both backends), torch.compile, and a Trainer MLM at 4096 tokens with and without FSDP.
-# STAGES=triton runs the stages of MRA-2's triton backend alone (under 8 minutes): its CUDA tests,
+# STAGES=triton runs the stages of MRA-2's triton backend alone (limits adding up to 8 minutes): its CUDA tests,
 # each launch of one call timed alone (with the selection's top-k and the pair lists' skew), the
 # attention call (forward, forward+backward) and the 2-layer training step at 4k-32k tokens, batch 1
 # and 8, beside pairs, flash SDPA and the vmean floor, and a profile of one step at 8192.
@@ -75,25 +75,25 @@ triton='{"mra2": {"backend": "triton"}}'
 pairs='{"mra2": {"backend": "pairs"}}'
 long="--seq_lens 4096 8192 16384 32768"
 bf16="python3 scripts/benchmark.py --device cuda --dtype bf16"
-stage triton_tests 150 python3 -m pytest --device cuda -q -n 4 -p no:cacheprovider -m "not slow" --durations=10 \
+stage triton_tests 120 python3 -m pytest --device cuda -q -n 4 -p no:cacheprovider -m "not slow" --durations=10 \
   tests/methods/test_mra_triton.py tests/methods/test_mra.py
 # Each launch of one call timed alone, the selection's top-k beside the int64 one it replaced, the pair lists' skew.
-stage triton_launches 60 bash -c "set -e
+stage triton_launches 45 bash -c "set -e
   for n in 4096 8192 16384 32768; do python3 -m hf_efficient_attn.tools.triton_kernels --time --dtype bf16 --length \$n; done
   python3 -m hf_efficient_attn.tools.triton_kernels --time --dtype bf16 --length 8192 --batch 8"
-stage triton_attention 120 bash -c "set -e
+stage triton_attention 90 bash -c "set -e
   $bf16 --methods mra2,vmean --attn_config '$triton' $long --output_dir $results/attention_triton
   $bf16 --methods mra2,vmean --attn_config '$triton' $long --forward_only --output_dir $results/attention_triton_forward
   $bf16 --methods mra2,vmean --attn_config '$triton' --batch 8 --seq_lens 4096 8192 16384 --output_dir $results/attention_triton_b8"
-stage triton_attention_pairs 90 bash -c "set -e
+stage triton_attention_pairs 60 bash -c "set -e
   $bf16 --methods mra2 --attn_config '$pairs' $long --output_dir $results/attention_pairs
   $bf16 --methods mra2 --attn_config '$pairs' $long --forward_only --output_dir $results/attention_pairs_forward"
-stage triton_model 150 bash -c "set -e
+stage triton_model 120 bash -c "set -e
   $bf16 --model --methods mra2,vmean --attn_config '$triton' --rounds 1 --repeats 3 $long --output_dir $results/model_triton
   $bf16 --model --methods mra2,vmean --attn_config '$triton' --rounds 1 --repeats 3 --batch 8 --seq_lens 4096 8192 \
     --output_dir $results/model_triton_b8
   $bf16 --model --methods mra2 --attn_config '$pairs' --rounds 1 --repeats 3 $long --output_dir $results/model_pairs"
-stage triton_profile 60 python3 - <<'EOF'
+stage triton_profile 45 python3 - <<'EOF'
 import torch
 from hf_efficient_attn.methods.base import AttentionShape
 from hf_efficient_attn.registry import build_method

@@ -84,10 +84,11 @@ def bitmap_pairs(bitmap):
 # ----------------------------------------------------------------------------- the same function
 
 
-@pytest.fixture(params=[None, 2], ids=["whole-lists", "lists-in-pieces"])
+@pytest.fixture(params=[None, pytest.param(2, marks=pytest.mark.slow)], ids=["whole-lists", "lists-in-pieces"])
 def list_piece(request, monkeypatch):
     """The exact kernels' pieces: the default (these lists are never longer), or 2 entries, so that
-    most blocks' lists are walked in several programs and merged."""
+    most blocks' lists are walked in several programs and merged (the default tier: one case of
+    test_forward_and_gradients_equal_pairs_and_the_dense_formula)."""
     if request.param:
         monkeypatch.setattr(triton_backend, "LIST_PIECE", request.param)
     return request.param
