@@ -351,7 +351,7 @@ def exact_forward_kernel(
     softmax over the keys of the piece's blocks. A block of one piece then merges the low-resolution
     part and writes ``out`` (B, H, N, D) in q's dtype and ``lse`` (B * H, NB * BS) fp32
     (:func:`_store_rows`); a longer list writes each piece's state to its slot of ``parts``
-    (B * H, SLOTS, BS, D + 2) fp32: weighted values, running maximum, sum), which
+    ((B * H, SLOTS, BS, D + 2) fp32: weighted values, running maximum and sum), which
     :func:`merge_pieces_kernel` merges, so that a block selected by many rows costs no single
     program more than PIECE blocks."""
     bh = tl.program_id(1).to(tl.int64)
