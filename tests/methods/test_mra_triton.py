@@ -438,8 +438,9 @@ def test_the_kernel_tool_times_each_launch_of_the_call(monkeypatch, capsys):
     assert len(skews) == 2 and min(skews) >= 1
 
 
-#: Compiles the selection kernel for sm_90 with the options its launch sets (as Triton does at run time) and
-#: prints how many fp32 subtractions its PTX holds (fused, each is an fma.rn.f32).
+#: Compiles the selection kernel for sm_90 with the options its launch sets (as Triton does at run time), then
+#: with fusion on, and prints how many fp32 fused multiply-adds each PTX holds (its products run on tensor
+#: cores: an fma.rn.f32 there is a contracted `product - row_max`).
 SELECTION_PTX = """
 import torch, triton
 from triton.backends.compiler import GPUTarget
@@ -448,9 +449,9 @@ from hf_efficient_attn.tools import triton_kernels as tool
 target = GPUTarget("cuda", 90, 32)
 for kernel, args, kwargs in tool.recorded_launches(torch.float32, 1024, 2, 128, 32):
     if kernel.__name__ == "selection_scores_kernel":
-        source, options = tool.compile_source(kernel, args, kwargs, target)
-        ptx = triton.compile(source, target=target, options=options.__dict__).asm["ptx"]
-        print(ptx.count("sub.rn.f32") + ptx.count("sub.f32"))
+        for launched in (kwargs, {**kwargs, "enable_fp_fusion": True}):
+            source, options = tool.compile_source(kernel, args, launched, target)
+            print(triton.compile(source, target=target, options=options.__dict__).asm["ptx"].count("fma.rn.f32"))
 """
 
 
@@ -458,12 +459,13 @@ for kernel, args, kwargs in tool.recorded_launches(torch.float32, 1024, 2, 128, 
 def test_the_selection_scores_are_not_fused_on_a_gpu():
     """On a GPU Triton contracts ``logit - row_max`` with the logit's product into one FMA, so that a
     row's best pair scores its rounding residual, not 0, and ties break by noise (head size 128: a scale
-    that is not a power of two). The selection kernel's launch turns fusion off: its PTX for sm_90 keeps
-    the subtraction (none with fusion on)."""
+    that is not a power of two). The selection kernel's launch turns fusion off: its PTX for sm_90 holds
+    fewer fused multiply-adds than the same kernel compiled with fusion on."""
     environment = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
     result = subprocess.run([sys.executable, "-c", SELECTION_PTX], capture_output=True, text=True, env=environment, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert int(result.stdout.split()[-1]) > 0
+    launched, fused = (int(count) for count in result.stdout.split()[-2:])
+    assert launched < fused, (launched, fused)
 
 
 @pytest.mark.slow
