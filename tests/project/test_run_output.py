@@ -12,6 +12,7 @@ import logging
 import multiprocessing
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import types
@@ -75,8 +76,17 @@ def run_as_a_user(script, arguments, python_path=REPO, **env) -> tuple[int, list
            "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", **env}  # fmt: skip
     for variable in ("TRANSFORMERS_VERBOSITY", "HF_DATASETS_DISABLE_PROGRESS_BARS", DEBUG_VARIABLE):
         env.pop(variable, None)
-    result = subprocess.run([sys.executable, f"scripts/{script}.py", *arguments], cwd=REPO, env=env, start_new_session=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=600)  # fmt: skip
+    # A user's shell starts the script with Ctrl-C at its default. A SIGINT that native code run by an earlier
+    # test left ignored in this process would be inherited (ignored signals survive exec), and the Ctrl-C tests
+    # could not interrupt the script: seen in full slow-tier runs only, never alone. Installing a handler here
+    # resets what the child inherits.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        command = [sys.executable, f"scripts/{script}.py", *arguments]
+        result = subprocess.run(command, cwd=REPO, env=env, start_new_session=True, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, timeout=600)  # fmt: skip
+    finally:
+        signal.signal(signal.SIGINT, previous)
     output = result.stdout.decode()  # bytes: text mode would turn a progress bar's \r updates into lines
     return result.returncode, output.rstrip("\n").split("\n")
 
