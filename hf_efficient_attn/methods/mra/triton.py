@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from .selection import cut_levels, max_budget
+from .selection import budgets, cut_levels, max_budget
 
 if TYPE_CHECKING:
     from .options import MraOptions
@@ -68,7 +68,7 @@ MEANS_TILE_STAGES = 1
 #: of this many, merged by log-sum-exp forward and added up backward, so that no program walks more
 #: than this many blocks. A list holds block_per_row entries on average.
 LIST_PIECE = 32
-#: Block counts and per-block tallies summed per step by the selection's kernels.
+#: Per-block tallies summed per step by the selection's pair kernel.
 SUM_BLOCK = 1024
 #: Query blocks a program of the selection's tally and pair kernels handles: one int32 word of the
 #: column-major bitmap, so that each word has one writer.
@@ -231,17 +231,17 @@ def launch_forward(
         )  # fmt: skip
         # The values only: which of the pairs tied at the threshold are kept is the kernels' tie rule.
         top = scores.topk(most_pairs, dim=-1).values
+        sequence_budgets = budgets(counts, block_per_row)  # (B,), once for every program of both kernels
         tally = q.new_empty(2, batch_heads, blocks, dtype=torch.int32)
         threshold_tally_kernel[(_cdiv(blocks, SELECTION_ROWS), batch_heads)](
-            scores, top, counts, tally, tally[0].numel(), heads, blocks, most_pairs, block_per_row,
-            ROWS=SELECTION_ROWS, BLOCK=SUM_BLOCK,
+            scores, top, sequence_budgets, tally, tally[0].numel(), heads, blocks, most_pairs, ROWS=SELECTION_ROWS,
         )  # fmt: skip
         pairs = q.new_empty(batch_heads, most_pairs, dtype=torch.int32)
         offsets = q.new_empty(batch_heads, blocks + 1, dtype=torch.int32)
         bitmaps = q.new_empty(2, batch_heads, blocks if low_resolution else 0, words, dtype=torch.int32)
         selected_pairs_kernel[(words, batch_heads)](
-            scores, top, counts, tally, bitmaps, pairs, offsets, tally[0].numel(), bitmaps[0].numel(),
-            heads, blocks, words, most_pairs, block_per_row, BITMAPS=low_resolution, BLOCK=SUM_BLOCK,
+            scores, top, sequence_budgets, tally, bitmaps, pairs, offsets, tally[0].numel(), bitmaps[0].numel(),
+            heads, blocks, words, most_pairs, BITMAPS=low_resolution, BLOCK=SUM_BLOCK,
         )  # fmt: skip
         del scores, top, tally
         low_out = low_lse = means  # unused by the kernel without the low-resolution part

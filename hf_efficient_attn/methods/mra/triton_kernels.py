@@ -131,28 +131,24 @@ def selection_scores_kernel(
 
 
 @triton.jit
-def _budget_and_threshold(counts_ptr, top_ptr, b, bh, NB, K, BLOCK_PER_ROW, BLOCK: tl.constexpr):
-    """Sequence b's budget (block_per_row x its query blocks holding a real token, at most all real
-    pairs) and the threshold: the budget-th largest value of head bh (``top`` (B * H, K), descending)."""
-    real_blocks = 0
-    for c0 in range(0, NB, BLOCK):
-        c = c0 + tl.arange(0, BLOCK)
-        real_blocks += tl.sum((tl.load(counts_ptr + b * NB + c, mask=c < NB, other=0) > 0).to(tl.int32), 0)
-    budget = tl.minimum(real_blocks * BLOCK_PER_ROW, real_blocks * real_blocks)
+def _budget_and_threshold(budgets_ptr, top_ptr, b, bh, K):
+    """Sequence b's budget (``budgets`` (B,): :func:`.selection.budgets`) and the threshold: the
+    budget-th largest value of head bh (``top`` (B * H, K), descending)."""
+    budget = tl.load(budgets_ptr + b).to(tl.int32)  # at most nb², an int32
     return budget, tl.load(top_ptr + bh * K + tl.maximum(budget - 1, 0))
 
 
 @triton.jit(do_not_specialize=LENGTH_ARGUMENTS)
 def threshold_tally_kernel(
-    scores_ptr, top_ptr, counts_ptr, tally_ptr, tally_plane,
-    H, NB, K, BLOCK_PER_ROW,
-    ROWS: tl.constexpr, BLOCK: tl.constexpr,
+    scores_ptr, top_ptr, budgets_ptr, tally_ptr, tally_plane,
+    H, NB, K,
+    ROWS: tl.constexpr,
 ):  # fmt: skip
     """Grid (cdiv(NB, ROWS), B * H). Per query block x, its pairs ranked above the threshold and those
     tied with it (``tally`` (2, B * H, NB) int32)."""
     bh = tl.program_id(1).to(tl.int64)
     b = bh // H
-    _, threshold = _budget_and_threshold(counts_ptr, top_ptr, b, bh, NB, K, BLOCK_PER_ROW, BLOCK)
+    _, threshold = _budget_and_threshold(budgets_ptr, top_ptr, b, bh, K)
     xs = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
     xs_ok = xs < NB
     above = tl.zeros([ROWS], tl.int32)
@@ -169,8 +165,8 @@ def threshold_tally_kernel(
 
 @triton.jit(do_not_specialize=LENGTH_ARGUMENTS)
 def selected_pairs_kernel(
-    scores_ptr, top_ptr, counts_ptr, tally_ptr, bitmaps_ptr, pairs_ptr, offsets_ptr, tally_plane, bitmap_plane,
-    H, NB, NW, K, BLOCK_PER_ROW,
+    scores_ptr, top_ptr, budgets_ptr, tally_ptr, bitmaps_ptr, pairs_ptr, offsets_ptr, tally_plane, bitmap_plane,
+    H, NB, NW, K,
     BITMAPS: tl.constexpr, BLOCK: tl.constexpr,
 ):  # fmt: skip
     """Grid (NW, B * H): query blocks x0 = 32 x program .. x0 + 31. The budget's pairs: those above
@@ -183,7 +179,7 @@ def selected_pairs_kernel(
     written once, no atomics."""
     bh = tl.program_id(1).to(tl.int64)
     b = bh // H
-    budget, threshold = _budget_and_threshold(counts_ptr, top_ptr, b, bh, NB, K, BLOCK_PER_ROW, BLOCK)
+    budget, threshold = _budget_and_threshold(budgets_ptr, top_ptr, b, bh, K)
     x0 = tl.program_id(0) * 32
     # The pairs above the threshold, and the ties and selected pairs of the query blocks before x0.
     above_total = 0
